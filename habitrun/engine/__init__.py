@@ -1,0 +1,1 @@
+"""Runs a plan stage by stage through a backend's worker sessions."""

@@ -1,0 +1,113 @@
+"""The contract between the engine and the backends that run map work.
+
+The engine owns the checkpoint store, retries across rounds, fail-fast and
+events; a backend only turns tasks into outcomes, reporting each as soon as
+it is known. Every backend (serial, process, dask) implements
+:class:`Backend` and is exercised by the same behaviour tests.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from habitrun.engine.control import StopFlag
+
+
+@dataclass(frozen=True)
+class OperatorRef:
+    """What a worker needs to bind a stage's operator: picklable and small."""
+
+    stage: str
+    path: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+    kind: str = "map"  # "map" or "collect"
+    search_path: tuple[str, ...] = ()  # folders put first on sys.path (the recipe's folder)
+
+
+@dataclass
+class SubjectTask:
+    """One subject's work in one stage (for a collect stage: the one task of the stage)."""
+
+    key: str
+    subject_id: str
+    fields: dict[str, Any]
+    inputs: dict[str, Any]
+    workdir: str
+    log_path: str
+    attempt: int = 1
+
+
+class FailureKind:
+    """Why a subject failed; stored in its record and shown by `status`."""
+
+    EXCEPTION = "exception"
+    TIMEOUT = "timeout"
+    SPAWN_TIMEOUT = "spawn_timeout"
+    OOM = "oom"
+    WORKER_DIED = "worker_died"
+    NO_REPORT = "no_report"
+    UNPICKLABLE = "unpicklable"
+    SKIPPED = "skipped"  # upstream failed: not an error of its own
+    INTERRUPTED = "interrupted"
+
+
+@dataclass
+class SubjectOutcome:
+    """A task's result or failure, as reported by a backend."""
+
+    task: SubjectTask
+    ok: bool
+    result: Any = None
+    error: str | None = None  # one line, e.g. "ValueError: spacing must be positive"
+    kind: str | None = None  # a FailureKind value when not ok
+    traceback: str | None = None
+    duration_sec: float = 0.0
+    worker_pid: int | None = None
+
+
+ReportFn = Callable[[list[SubjectOutcome]], None]
+
+
+class Backend(abc.ABC):
+    """Runs map (and collect) tasks; lives for a whole run so workers are reused across stages."""
+
+    name: str = "abstract"
+
+    @abc.abstractmethod
+    def run_tasks(
+        self,
+        op: OperatorRef,
+        tasks: Sequence[SubjectTask],
+        report: ReportFn,
+        stop: StopFlag,
+    ) -> None:
+        """Run every task once and ``report`` outcomes in batches as they complete.
+
+        Returns when every task has been reported, or promptly once ``stop``
+        is set (tasks not reported by then are simply not reported). A
+        backend never retries a failed task itself: the engine decides.
+        Failures of a subject are outcomes, never exceptions; an exception
+        from here means the backend itself is broken.
+        """
+
+    @property
+    @abc.abstractmethod
+    def effective_workers(self) -> int:
+        """Slots in use now (after GPU capping or out-of-memory backoff)."""
+
+    def describe(self) -> dict[str, Any]:
+        """Facts for the run's provenance (backend name, workers, cluster...)."""
+        return {"backend": self.name, "workers": self.effective_workers}
+
+    @abc.abstractmethod
+    def close(self, graceful: bool = True) -> None:
+        """Stop every worker and whatever it started; idempotent."""
+
+    def __enter__(self) -> Backend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

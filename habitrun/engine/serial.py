@@ -1,0 +1,45 @@
+"""The serial backend: subjects run one after another in the runner's own process.
+
+For debugging an operator (a debugger and prints just work) and for tiny
+studies. It has no process boundary, so the policy forbids combining it with
+timeouts, isolation, memory limits or several workers (see RunPolicy).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from habitrun.engine.backend import Backend, OperatorRef, ReportFn, SubjectTask
+from habitrun.engine.control import StopFlag
+from habitrun.engine.invoke import BoundOperator, bind_operator, execute
+from habitrun.spec.policy import RunPolicy
+
+
+class SerialBackend(Backend):
+    """Runs tasks in-process, in order, reporting each outcome as it completes."""
+
+    name = "serial"
+
+    def __init__(self, policy: RunPolicy) -> None:
+        self.policy = policy
+        self._bound: tuple[OperatorRef, BoundOperator] | None = None
+
+    @classmethod
+    def from_policy(cls, policy: RunPolicy) -> SerialBackend:
+        return cls(policy)
+
+    @property
+    def effective_workers(self) -> int:
+        return 1
+
+    def run_tasks(self, op: OperatorRef, tasks: Sequence[SubjectTask], report: ReportFn, stop: StopFlag) -> None:
+        if self._bound is None or self._bound[0] != op:
+            self._bound = (op, bind_operator(op))
+        bound = self._bound[1]
+        for task in tasks:
+            if stop.is_set():
+                return
+            report([execute(bound, task, capture="python")])
+
+    def close(self, graceful: bool = True) -> None:
+        self._bound = None

@@ -1,0 +1,60 @@
+"""habitrun's own error classes.
+
+Every error a user can cause carries a message they can act on and the exit
+code the CLI returns for it, so the CLI never shows a traceback for bad input.
+This module sits below every layer: each layer may import it.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FAILED_SUBJECTS = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+class HabitrunError(Exception):
+    """Base of every error habitrun raises on purpose."""
+
+    exit_code: int = EXIT_USAGE
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class RecipeError(HabitrunError):
+    """A recipe, manifest, override or operator path is wrong (exit 2).
+
+    ``problems`` holds every problem found, each already formatted as
+    ``file:line:col: field.path: message``, so they are reported together.
+    """
+
+    def __init__(self, problems: list[str] | str) -> None:
+        if isinstance(problems, str):
+            problems = [problems]
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+class StoreError(HabitrunError):
+    """The checkpoint store or run folder cannot be used as it is (exit 2)."""
+
+
+class LockHeldError(StoreError):
+    """Another live run holds the store's lock (exit 2)."""
+
+
+class RunInterrupted(HabitrunError):
+    """The run was stopped by a signal; finished work is stored (exit 130)."""
+
+    exit_code = EXIT_INTERRUPTED
+
+
+class LaunchError(HabitrunError):
+    """A rank group could not be started or failed past its restarts."""
+
+    exit_code = EXIT_FAILED_SUBJECTS

@@ -1,0 +1,171 @@
+"""RunPolicy: how a study's subjects are run, with every field defaulted.
+
+The field names and defaults are those of the process-pool backend habitrun
+grew from, so a policy written for that toolkit reads the same here. The
+model is frozen and forbids unknown keys; a backend is built from it
+one-to-one.
+
+Backend rule: ``backend`` defaults to ``process``. ``serial`` runs subjects
+in the runner's own process, which cannot enforce a timeout, isolate a
+subject, cap memory or run several workers; a policy that asks for any of
+those together with ``serial`` is rejected rather than run without them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+Backend = Literal["serial", "process", "dask"]
+ParallelMode = Literal["persistent", "isolated"]
+FailureMode = Literal["continue", "fail_fast"]
+StartMethod = Literal["forkserver", "spawn", "fork"]
+
+
+class TLSSettings(BaseModel):
+    """TLS files for connecting to a remote Dask scheduler."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    ca_file: str = Field(description="CA certificate (PEM) that signed the scheduler's certificate.")
+    cert: str = Field(description="This client's certificate (PEM).")
+    key: str | None = Field(default=None, description="This client's private key (PEM), if not inside `cert`.")
+
+
+class JobqueueSettings(BaseModel):
+    """A batch-system cluster started through dask-jobqueue."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    system: Literal["slurm", "pbs", "sge", "lsf", "htcondor", "moab", "oar"] = "slurm"
+    cores: int = Field(default=1, ge=1, description="Cores per job.")
+    memory: str = Field(default="4GB", description="Memory per job, e.g. '16GB'.")
+    walltime: str | None = Field(default=None, description="Wall time per job, e.g. '02:00:00'.")
+    queue: str | None = Field(default=None, description="Partition or queue.")
+    account: str | None = Field(default=None, description="Account/project to charge.")
+    processes: int = Field(default=1, ge=1, description="Dask worker processes per job.")
+    job_extra_directives: tuple[str, ...] = Field(default=(), description="Extra #SBATCH (or #PBS ...) lines.")
+    job_script_prologue: tuple[str, ...] = Field(default=(), description="Shell lines run before the worker starts.")
+    python: str | None = Field(default=None, description="Python executable on the compute nodes.")
+    local_directory: str | None = Field(default=None, description="Worker scratch folder on the nodes.")
+
+
+class DaskSettings(BaseModel):
+    """Where the Dask engine runs: a local cluster (default), an address, or a batch system."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    address: str | None = Field(default=None, description="Scheduler address, e.g. 'tls://10.0.0.5:8786'.")
+    scheduler_file: str | None = Field(default=None, description="Scheduler file written by `dask scheduler --scheduler-file`.")
+    jobqueue: JobqueueSettings | None = None
+    tls: TLSSettings | None = None
+    dashboard: bool = Field(default=False, description="Serve the dashboard of a local cluster (loopback only).")
+
+    @model_validator(mode="after")
+    def _one_way_to_reach_a_cluster(self) -> DaskSettings:
+        given = [n for n in ("address", "scheduler_file", "jobqueue") if getattr(self, n) is not None]
+        if len(given) > 1:
+            raise ValueError(
+                f"give at most one of address, scheduler_file, jobqueue (got {', '.join(given)})"
+            )
+        return self
+
+
+class RunPolicy(BaseModel):
+    """How subjects run: workers, timeouts, failure handling, retries, resume.
+
+    Cross-field rules (each rejected with a message, because the combination
+    would silently not do what it says):
+
+    * ``backend: serial`` with ``workers > 1``, a ``subject_timeout_sec``,
+      ``parallel_mode: isolated`` or ``worker_memory_limit_mb``: all of these
+      need a process boundary that the serial backend does not have.
+    * ``persistent_worker_recycle_after_tasks > 0`` with ``isolated`` mode:
+      an isolated worker serves one subject, there is nothing to recycle.
+    * ``dask`` settings with a backend other than ``dask``.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    workers: int = Field(default=1, ge=1, description="Worker processes (slots) running subjects at once.")
+    backend: Backend = Field(default="process", description="serial (in-process), process (worker processes on this machine), dask (a Dask cluster).")
+    subject_timeout_sec: float | None = Field(default=900.0, gt=0, description="Wall-clock budget per subject; null turns it off.")
+    subject_spawn_timeout_sec: float | None = Field(default=120.0, gt=0, description="Budget for a worker to start and import the operator; null turns it off.")
+    graceful_shutdown_sec: float = Field(default=15.0, ge=0, description="Between SIGTERM and SIGKILL when a worker is stopped.")
+    on_subject_failure: FailureMode = Field(default="continue", description="continue: record and go on; fail_fast: stop the run at the first failure.")
+    oom_backoff: bool = Field(default=True, description="Reduce the worker count after an out-of-memory failure.")
+    oom_reduce_workers_by: int = Field(default=1, ge=1, description="Workers removed per out-of-memory failure (never below 1).")
+    cap_workers_to_gpu_pool: bool = Field(default=False, description="Clamp workers to the GPUs detected and pin one GPU per worker.")
+    resume: bool = Field(default=True, description="Skip subjects already stored as done.")
+    checkpoint_dir: str | None = Field(default=None, description="Checkpoint store folder; null: `.habitrun/` beside the recipe.")
+    parallel_mode: ParallelMode = Field(default="persistent", description="persistent: long-lived workers; isolated: a fresh process per subject.")
+    auto_retry_rounds: int = Field(default=2, ge=0, description="Extra rounds for subjects that failed, within one run.")
+    retry_failed_subjects: bool = Field(default=False, description="Rerun subjects whose failure is recorded in the store.")
+    force_rerun_subjects: tuple[str, ...] = Field(default=(), description="Subject ids to rerun even when stored as done.")
+    clear_checkpoint_on_success: bool = Field(default=False, description="Delete the stage's stored results once every subject succeeded.")
+    strict_checkpoint_hash: bool = Field(default=False, description="Refuse (instead of warn) a store written by a different recipe.")
+    persistent_worker_max_consecutive_failures: int = Field(default=1, ge=1, description="Restart a persistent worker after this many failures in a row.")
+    persistent_worker_recycle_after_tasks: int = Field(default=0, ge=0, description="Replace a persistent worker after this many subjects (0: never).")
+    worker_threads: int = Field(default=1, ge=1, description="BLAS/OpenMP threads per worker (OMP_NUM_THREADS and friends).")
+    worker_memory_limit_mb: int | None = Field(default=None, gt=0, description="Resident memory per worker (with its children) past which it is stopped as out of memory.")
+    start_method: StartMethod = Field(default="forkserver", description="How worker processes start: forkserver (operator module preloaded), spawn, or fork.")
+    dask: DaskSettings | None = Field(default=None, description="Dask cluster settings (backend: dask only).")
+
+    @field_validator("force_rerun_subjects", mode="before")
+    @classmethod
+    def _ids_as_strings(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return (value,)
+        if isinstance(value, (list, tuple)):
+            for item in value:
+                if not isinstance(item, (str, int)) or isinstance(item, bool):
+                    raise ValueError(f"subject ids must be strings, got {item!r}")
+            return tuple(str(item) for item in value)
+        return value
+
+    @model_validator(mode="after")
+    def _combinations_that_make_sense(self) -> RunPolicy:
+        if self.backend == "serial":
+            needs_process = []
+            if self.workers > 1:
+                needs_process.append(f"workers={self.workers}")
+            if self.subject_timeout_sec is not None:
+                needs_process.append("subject_timeout_sec (set it to null)")
+            if self.parallel_mode == "isolated":
+                needs_process.append("parallel_mode=isolated")
+            if self.worker_memory_limit_mb is not None:
+                needs_process.append("worker_memory_limit_mb")
+            if needs_process:
+                raise ValueError(
+                    "backend 'serial' runs subjects in-process and cannot honour "
+                    + ", ".join(needs_process)
+                    + "; use backend 'process' or drop them"
+                )
+        if self.parallel_mode == "isolated" and self.persistent_worker_recycle_after_tasks > 0:
+            raise ValueError(
+                "persistent_worker_recycle_after_tasks only applies to parallel_mode 'persistent'"
+            )
+        if self.dask is not None and self.backend != "dask":
+            raise ValueError("the 'dask' settings need backend 'dask'")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain, YAML/JSON-safe dict (tuples as lists) that :meth:`from_dict` reads back."""
+        return self.model_dump(mode="json")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunPolicy:
+        """Validate a dict (e.g. from YAML) into a policy."""
+        return cls.model_validate(data)
+
+    def merged(self, override: dict[str, Any] | None) -> RunPolicy:
+        """This policy with a stage's partial override applied over it."""
+        if not override:
+            return self
+        data = self.model_dump()
+        data.update(override)
+        return type(self).model_validate(data)
+
+
+POLICY_FIELDS: tuple[str, ...] = tuple(RunPolicy.model_fields)
