@@ -1,0 +1,1 @@
+"""The `habitrun` command line: parsing and display only; the work is in the layers below."""

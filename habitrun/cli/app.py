@@ -1,0 +1,60 @@
+"""The typer application and the one place where habitrun's errors become exit codes.
+
+Each command lives in its own module and registers itself on ``app``;
+:func:`main` imports them, runs the app and turns a :class:`HabitrunError`
+into its message and exit code (never a traceback).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import typer
+from rich.console import Console
+
+from habitrun.errors import EXIT_INTERRUPTED, HabitrunError
+
+app = typer.Typer(
+    name="habitrun",
+    help="Run a study's per-subject pipeline from a YAML recipe; resume it after any crash.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+COMMAND_MODULES = ("validate", "schema", "init", "plan", "run", "resume", "status")
+
+
+def load_commands() -> typer.Typer:
+    """Import every command module so its ``@app.command`` registers."""
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"habitrun.cli.{name}")
+    return app
+
+
+def report_error(exc: HabitrunError) -> int:
+    """Print an error the user can act on; return its exit code."""
+    err_console.print(f"[bold red]error:[/] {exc.message}", markup=True, highlight=False) if "\n" not in exc.message else (
+        err_console.print("[bold red]error:[/]", markup=True),
+        err_console.print(exc.message, markup=False, highlight=False),
+    )
+    return exc.exit_code
+
+
+def main() -> None:
+    """Console-script entry point."""
+    load_commands()
+    try:
+        app(prog_name="habitrun")
+    except HabitrunError as exc:
+        sys.exit(report_error(exc))
+    except KeyboardInterrupt:
+        err_console.print("interrupted")
+        sys.exit(EXIT_INTERRUPTED)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,1 @@
+"""`habitrun init` (being written)."""

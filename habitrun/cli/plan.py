@@ -1,0 +1,1 @@
+"""`habitrun plan` (being written)."""

@@ -1,0 +1,1 @@
+"""`habitrun resume` (being written)."""

@@ -1,0 +1,1 @@
+"""`habitrun run` (being written)."""

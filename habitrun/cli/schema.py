@@ -1,0 +1,1 @@
+"""`habitrun schema` (being written)."""

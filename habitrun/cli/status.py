@@ -1,0 +1,1 @@
+"""`habitrun status` (being written)."""

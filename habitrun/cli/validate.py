@@ -1,0 +1,1 @@
+"""`habitrun validate` (being written)."""
