@@ -1,1 +1,92 @@
-"""`habitrun resume` (being written)."""
+"""`habitrun resume [RECIPE or RUN_FOLDER]`: continue the latest run from its stored recipe.
+
+The stored, resolved recipe is what is replayed, so a resume does exactly
+what the interrupted run would have done. If the recipe file changed since,
+the differences are shown and `--use-current` picks the edited file instead.
+"""
+
+from __future__ import annotations
+
+import difflib
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from habitrun.cli.app import app
+from habitrun.cli.progress import RunDisplay
+from habitrun.cli.summary import print_summary
+from habitrun.engine.runner import run_study
+from habitrun.errors import HabitrunError, RecipeError, StoreError
+from habitrun.spec.loader import LoadedRecipe, load_recipe
+from habitrun.store.runs import RunFolder, latest_run
+
+DEFAULT_RECIPE = Path("recipe.yaml")
+
+
+def find_run(target: Path | None) -> tuple[RunFolder, Path]:
+    """The run to continue and the recipe file it came from."""
+    target = target or DEFAULT_RECIPE
+    if target.is_dir() and (target / "source.json").is_file():
+        run = RunFolder.open(target)
+        return run, Path(run.source["recipe_path"])
+    if target.is_dir():
+        target = target / "recipe.yaml"
+    if not target.is_file():
+        raise RecipeError(f"{target}: no such recipe file or run folder; give the recipe (habitrun resume RECIPE) "
+                          f"or a run folder (.habitrun/runs/<run>)")
+    loaded = load_recipe(target)
+    run = latest_run(loaded.run_root())
+    if run is None:
+        raise StoreError(f"{target}: nothing to resume, no run was started in {loaded.run_root()}; "
+                         f"start one with: habitrun run {target}")
+    return run, target.resolve()
+
+
+def stored_recipe(run: RunFolder) -> LoadedRecipe:
+    root = Path(run.source.get("root") or Path(run.source["recipe_path"]).parent)
+    try:
+        return load_recipe(run.recipe_file, root=root)
+    except RecipeError as exc:
+        raise StoreError(f"the recipe stored in {run.path} no longer loads ({exc.problems[0]}); "
+                         f"use --use-current to resume with the current recipe file") from None
+
+
+@app.command()
+def resume(
+    target: Optional[Path] = typer.Argument(None, help="Recipe file, study folder or run folder (default: ./recipe.yaml)."),  # noqa: UP045
+    use_current: bool = typer.Option(False, "--use-current", help="Use the recipe file as it is now, not as it was run."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the final summary."),
+) -> None:
+    """Finish the latest run: nothing that finished is repeated, nothing is lost."""
+    console = Console(highlight=False)
+    previous, recipe_path = find_run(target)
+    overrides = tuple(previous.read_provenance().get("overrides", []))
+    stored = stored_recipe(previous) if not use_current else None
+    current: LoadedRecipe | None = None
+    try:
+        current = load_recipe(recipe_path, overrides=overrides) if recipe_path.is_file() else None
+    except HabitrunError as exc:
+        if use_current:
+            raise
+        console.print(f"[yellow]note:[/] the recipe file no longer loads; resuming with the stored recipe ({exc.message.splitlines()[0]})")
+    if stored is not None and current is not None:
+        before = previous.recipe_file.read_text().splitlines()
+        after = current.resolved_yaml().splitlines()
+        if before != after:
+            diff = "\n".join(difflib.unified_diff(before, after, "as run", "recipe file now", lineterm="", n=1))
+            console.print("[yellow]the recipe file changed since this run:[/]")
+            console.print(diff, markup=False, highlight=False)
+            console.print("resuming with the recipe [bold]as it was run[/]; pass --use-current to use the file as it is now")
+    loaded = current if use_current else stored
+    assert loaded is not None
+    console.print(f"resuming run {previous.run_id} ({previous.path})", highlight=False)
+    with RunDisplay(console, quiet=quiet) as display:
+        summary = run_study(loaded, argv=sys.argv, observer=display.on_event, resumed_from=previous,
+                            source_path=recipe_path)
+    print_summary(console, summary, recipe_arg=str(target or DEFAULT_RECIPE))
+    raise typer.Exit(summary.exit_code)
+
+

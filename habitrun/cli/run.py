@@ -1,1 +1,31 @@
-"""`habitrun run` (being written)."""
+"""`habitrun run RECIPE [overrides...]`: run a study; exit 0 / 1 / 2 / 130."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from habitrun.cli.app import app
+from habitrun.cli.progress import RunDisplay
+from habitrun.cli.summary import print_summary
+from habitrun.engine.runner import run_study
+from habitrun.spec.loader import load_recipe
+
+
+@app.command()
+def run(
+    recipe: Path = typer.Argument(..., help="The study's recipe YAML."),
+    overrides: Optional[list[str]] = typer.Argument(None, help="Dotted overrides: policy.workers=8 stages.NAME.params.KEY=VALUE"),  # noqa: UP045
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the final summary."),
+) -> None:
+    """Run every stage for every subject; subjects already stored as done are skipped."""
+    loaded = load_recipe(recipe, overrides=tuple(overrides or ()))
+    console = Console(highlight=False)
+    with RunDisplay(console, quiet=quiet) as display:
+        summary = run_study(loaded, argv=sys.argv, observer=display.on_event)
+    print_summary(console, summary, recipe_arg=str(recipe))
+    raise typer.Exit(summary.exit_code)

@@ -1,0 +1,187 @@
+"""Showing a run as it goes: a progress bar per stage on a terminal, plain lines elsewhere.
+
+The engine emits events; this module only draws them. Plain mode prints a
+line when a stage starts, at most every few seconds while it runs, on each
+final failure, and when it ends, so a log file or CI output stays readable.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.text import Text
+
+PLAIN_INTERVAL_SEC = 5.0
+
+
+class _RateColumn(ProgressColumn):
+    """Subjects per second over the subjects this run computed (cached ones excluded)."""
+
+    def render(self, task: Task) -> Text:
+        started = task.fields.get("started")
+        ran = task.fields.get("ran", 0)
+        if not started or not ran:
+            return Text("    -/s", style="progress.data.speed")
+        rate = ran / max(time.monotonic() - started, 1e-9)
+        return Text(f"{rate:7.1f}/s", style="progress.data.speed")
+
+
+class _CountsColumn(ProgressColumn):
+    def render(self, task: Task) -> Text:
+        f = task.fields
+        text = Text()
+        text.append(f"{f.get('done', 0)} done", style="green")
+        text.append(" · ")
+        text.append(f"{f.get('failed', 0)} failed", style="red" if f.get("failed") else "dim")
+        text.append(" · ")
+        text.append(f"{f.get('cached', 0)} cached", style="cyan" if f.get("cached") else "dim")
+        if f.get("skipped"):
+            text.append(f" · {f['skipped']} skipped", style="yellow")
+        return text
+
+
+class RunDisplay:
+    """Receives engine events; draws bars (terminal), plain lines (not a terminal) or nothing (quiet)."""
+
+    def __init__(self, console: Console | None = None, *, quiet: bool = False, plain: bool | None = None) -> None:
+        self.console = console or Console(highlight=False)
+        self.quiet = quiet
+        self.plain = (not self.console.is_terminal) if plain is None else plain
+        self.progress: Progress | None = None
+        self.tasks: dict[str, Any] = {}
+        self.stats: dict[str, dict[str, Any]] = {}
+
+    def __enter__(self) -> RunDisplay:
+        if not self.quiet and not self.plain:
+            self.progress = Progress(
+                TextColumn("[bold]{task.description:<14}"),
+                BarColumn(bar_width=30),
+                MofNCompleteColumn(),
+                _CountsColumn(),
+                _RateColumn(),
+                TextColumn("ETA"),
+                TimeRemainingColumn(),
+                TimeElapsedColumn(),
+                console=self.console,
+                transient=False,
+                refresh_per_second=5,
+            )
+            self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+            self.progress = None
+
+    # ------------------------------------------------------------------
+    def print(self, text: str, **kwargs: Any) -> None:
+        if self.progress is not None:
+            self.progress.console.print(text, **kwargs)
+        else:
+            self.console.print(text, **kwargs)
+
+    def on_event(self, event: dict[str, Any]) -> None:
+        kind = event.get("event")
+        handler = getattr(self, f"_on_{kind}", None)
+        if handler is not None and not self.quiet:
+            handler(event)
+        elif kind in ("subject_done", "subject_failed", "subject_skipped") and self.quiet:
+            return
+
+    def _on_warning(self, e: dict[str, Any]) -> None:
+        self.print(f"[yellow]warning:[/] {e['message']}")
+
+    def _on_run_started(self, e: dict[str, Any]) -> None:
+        resumed = f" (resuming {e['resumed_from']})" if e.get("resumed_from") else ""
+        self.print(f"habitrun run {e['run_id']}{resumed}: {e['subjects']} subjects, "
+                   f"stages {' -> '.join(e['stages'])}")
+
+    def _on_stage_started(self, e: dict[str, Any]) -> None:
+        stage = e["stage"]
+        st = {"total": e["total"], "done": 0, "failed": e.get("recorded_failures", 0), "cached": e["cached"],
+              "skipped": e.get("blocked", 0), "ran": 0, "started": time.monotonic(), "last": 0.0,
+              "to_run": e["to_run"]}
+        self.stats[stage] = st
+        if self.progress is not None:
+            completed = e["cached"] + st["failed"] + st["skipped"]
+            self.tasks[stage] = self.progress.add_task(stage, total=max(e["total"], 1), completed=completed,
+                                                       **{k: st[k] for k in ("done", "failed", "cached", "skipped", "ran", "started")})
+        else:
+            self.print(f"[{stage}] {e['kind']} stage: {e['total']} subject(s), {e['cached']} cached, "
+                       f"{e['to_run']} to run" + (f", {e['blocked']} skipped (upstream failed)" if e.get("blocked") else ""))
+
+    def _advance(self, stage: str) -> None:
+        st = self.stats.get(stage)
+        if st is None:
+            return
+        if self.progress is not None and stage in self.tasks:
+            self.progress.update(self.tasks[stage], advance=1,
+                                 **{k: st[k] for k in ("done", "failed", "cached", "skipped", "ran")})
+        elif self.plain:
+            now = time.monotonic()
+            if now - st["last"] >= PLAIN_INTERVAL_SEC:
+                st["last"] = now
+                self._plain_line(stage, st)
+
+    def _plain_line(self, stage: str, st: dict[str, Any]) -> None:
+        elapsed = max(time.monotonic() - st["started"], 1e-9)
+        rate = st["ran"] / elapsed
+        left = st["to_run"] - st["ran"]
+        eta = f", ETA {left / rate:.0f}s" if rate > 0 and left > 0 else ""
+        self.print(f"[{stage}] {st['done'] + st['cached']}/{st['total']} done, {st['failed']} failed, "
+                   f"{st['cached']} cached ({rate:.1f}/s{eta})")
+
+    def _on_subject_done(self, e: dict[str, Any]) -> None:
+        st = self.stats.get(e["stage"])
+        if st is not None:
+            st["done"] += 1
+            st["ran"] += 1
+        self._advance(e["stage"])
+
+    def _on_subject_failed(self, e: dict[str, Any]) -> None:
+        if not e.get("final"):
+            return
+        st = self.stats.get(e["stage"])
+        if st is not None:
+            st["failed"] += 1
+            st["ran"] += 1
+        self.print(f"[red][{e['stage']}] {e['subject']} failed[/] ({e.get('kind')}): {e.get('error')}  "
+                   f"[dim]log: {e.get('log')}[/]")
+        self._advance(e["stage"])
+
+    def _on_retry_round(self, e: dict[str, Any]) -> None:
+        self.print(f"[{e['stage']}] retrying {e['subjects']} subject(s), attempt {e['attempt']}")
+
+    def _on_stage_finished(self, e: dict[str, Any]) -> None:
+        if self.plain:
+            stage = e["stage"]
+            self.print(f"[{stage}] finished: {e['done']} done, {e['cached']} cached, {e['failed']} failed, "
+                       f"{e['skipped']} skipped" + (f", {e['not_run']} not run" if e.get("not_run") else ""))
+
+    def _on_train_started(self, e: dict[str, Any]) -> None:
+        self.print(f"[{e['stage']}] starting {e['nproc_per_node']} rank(s)")
+
+    def _on_console(self, e: dict[str, Any]) -> None:
+        line = e["line"].rstrip("\n")
+        if self.progress is not None:
+            self.progress.console.print(line, markup=False, highlight=False)
+        else:
+            self.console.print(line, markup=False, highlight=False)
+
+
+def stdout_is_terminal() -> bool:
+    return sys.stdout.isatty()

@@ -1,0 +1,70 @@
+"""Choosing and reusing a backend for a stage's policy.
+
+One backend lives across stages so persistent workers are reused; a stage
+whose policy changes what the workers are (mode, count, limits, backend)
+gets a fresh one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from habitrun.engine.backend import Backend
+from habitrun.spec.policy import RunPolicy
+
+# Policy fields the engine applies itself; a change in these keeps the workers.
+ENGINE_ONLY_FIELDS = frozenset({
+    "on_subject_failure", "auto_retry_rounds", "resume", "retry_failed_subjects",
+    "force_rerun_subjects", "clear_checkpoint_on_success", "strict_checkpoint_hash",
+    "checkpoint_dir",
+})
+
+
+def worker_shape(policy: RunPolicy) -> dict[str, Any]:
+    """The part of a policy that decides what the worker processes are."""
+    return {k: v for k, v in policy.model_dump().items() if k not in ENGINE_ONLY_FIELDS}
+
+
+def make_backend(policy: RunPolicy) -> Backend:
+    """Build the backend the policy names (heavy ones imported only when asked for)."""
+    if policy.backend == "serial":
+        from habitrun.engine.serial import SerialBackend
+
+        return SerialBackend.from_policy(policy)
+    if policy.backend == "process":
+        from habitrun.engine.process import ProcessBackend
+
+        return ProcessBackend.from_policy(policy)
+    if policy.backend == "dask":
+        from habitrun.engine.dask_backend import DaskBackend
+
+        return DaskBackend.from_policy(policy)
+    raise ValueError(f"unknown backend {policy.backend!r}")
+
+
+class BackendPool:
+    """Holds the current backend and swaps it only when a stage needs different workers."""
+
+    def __init__(self) -> None:
+        self.current: Backend | None = None
+        self._shape: dict[str, Any] | None = None
+        self.described: list[dict[str, Any]] = []
+
+    def for_policy(self, policy: RunPolicy) -> Backend:
+        shape = worker_shape(policy)
+        if self.current is not None and shape == self._shape:
+            return self.current
+        self.close()
+        self.current = make_backend(policy)
+        self._shape = shape
+        return self.current
+
+    def close(self, graceful: bool = True) -> None:
+        if self.current is not None:
+            try:
+                self.described.append(self.current.describe())
+            except Exception:  # noqa: BLE001 - describing is best effort
+                pass
+            self.current.close(graceful=graceful)
+        self.current = None
+        self._shape = None

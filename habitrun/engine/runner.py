@@ -1,0 +1,480 @@
+"""Running a study: stage by stage, every outcome stored the moment it arrives.
+
+The runner owns what is the same whatever backend runs the subjects: the
+lock, the run folder and its provenance, planning each stage just before it
+runs, retry rounds, fail-fast, skipping subjects whose upstream failed,
+events, and the final outcome and exit code.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from habitrun.engine.backend import FailureKind, OperatorRef, SubjectOutcome, SubjectTask
+from habitrun.engine.backends import BackendPool
+from habitrun.engine.control import StopFlag
+from habitrun.engine.signals import exit_code_for, stop_on_signals
+from habitrun.errors import EXIT_FAILED_SUBJECTS, EXIT_OK
+from habitrun.planner.plan import GROUP_SUBJECT, StagePlan, SubjectStatus, fingerprints, plan_stage
+from habitrun.spec.loader import LoadedRecipe
+from habitrun.spec.recipe import StageSpec
+from habitrun.spec.subjects import SubjectRow, load_subjects
+from habitrun.store.checkpoint import CheckpointStore, Record
+from habitrun.store.lock import StoreLock
+from habitrun.store.provenance import collect_provenance
+from habitrun.store.runs import RunFolder, work_dir
+
+Observer = Callable[[dict[str, Any]], None]
+GROUP_FILE_NAME = "_stage"  # log/work folder name of a collect or train stage's single task
+RESULT_BATCH = 256  # subjects whose upstream results are fetched from the store at once
+
+
+@dataclass
+class FailureLine:
+    """One failed subject, as `run` and `status` print it."""
+
+    stage: str
+    subject_id: str
+    error: str
+    kind: str | None
+    log_path: str | None
+
+
+@dataclass
+class StageCounts:
+    """What happened to a stage's subjects in this run."""
+
+    total: int = 0
+    done: int = 0
+    cached: int = 0
+    failed: int = 0
+    skipped: int = 0
+    not_run: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class RunSummary:
+    """The result of `run`/`resume`: outcome, exit code, counts and failures."""
+
+    run: RunFolder
+    outcome: str  # success | failed | interrupted
+    exit_code: int
+    stages: dict[str, StageCounts] = field(default_factory=dict)
+    failures: list[FailureLine] = field(default_factory=list)
+    stop_reason: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    results: dict[str, Any] = field(default_factory=dict)  # group stages' results (e.g. train metrics)
+
+
+def lock_path_for(store_dir: Path) -> Path:
+    """The lock sits beside the store, so it works even when the store path is unusable."""
+    return store_dir.parent / f"{store_dir.name}.lock"
+
+
+def run_study(
+    loaded: LoadedRecipe,
+    *,
+    argv: Sequence[str] = (),
+    observer: Observer | None = None,
+    stop: StopFlag | None = None,
+    resumed_from: RunFolder | None = None,
+    source_path: Path | None = None,
+    install_signal_handlers: bool = True,
+) -> RunSummary:
+    """Run (or resume) a study to the end, or until stopped; never raises for a subject's failure."""
+    subjects = load_subjects(loaded)
+    stop = stop or StopFlag()
+    store_dir = loaded.store_dir()
+    store_dir.parent.mkdir(parents=True, exist_ok=True)
+    with StoreLock(lock_path_for(store_dir)):
+        store = CheckpointStore.open(store_dir)
+        try:
+            runner = _StudyRunner(loaded, subjects, store, stop, list(argv), observer, resumed_from,
+                                  source_path or loaded.path)
+            if install_signal_handlers:
+                with stop_on_signals(stop):
+                    return runner.run()
+            return runner.run()
+        finally:
+            store.close()
+
+
+class _StudyRunner:
+    def __init__(
+        self,
+        loaded: LoadedRecipe,
+        subjects: list[SubjectRow],
+        store: CheckpointStore,
+        stop: StopFlag,
+        argv: list[str],
+        observer: Observer | None,
+        resumed_from: RunFolder | None,
+        source_path: Path,
+    ) -> None:
+        self.source_path = source_path
+        self.loaded = loaded
+        self.recipe = loaded.recipe
+        self.subjects = subjects
+        self.rows = {row.id: row for row in subjects}
+        self.store = store
+        self.stop = stop
+        self.argv = argv
+        self.observer = observer
+        self.resumed_from = resumed_from
+        self.run_root = loaded.run_root()
+        self.backends = BackendPool()
+        self.plans: dict[str, StagePlan] = {}
+        self.counts: dict[str, StageCounts] = {}
+        self.failures: list[FailureLine] = []
+        self.group_results: dict[str, Any] = {}
+        self.warnings: list[str] = []
+        self.chain: set[str] = set()
+        self.finished: set[tuple[str, str]] = set()  # (stage, subject) with an outcome in this run
+
+    # ------------------------------------------------------------------ events
+    def emit(self, event: dict[str, Any]) -> None:
+        self.run.events.write(event)
+        if self.observer is not None:
+            self.observer(event)
+
+    def emit_many(self, events: list[dict[str, Any]]) -> None:
+        if not events:
+            return
+        self.run.events.write_many(events)
+        if self.observer is not None:
+            for event in events:
+                self.observer(event)
+
+    # ------------------------------------------------------------------ run
+    def run(self) -> RunSummary:
+        warning = self.store.check_recipe(
+            self.recipe.name, self.loaded.sha256, strict=self.recipe.policy.strict_checkpoint_hash
+        )
+        if warning:
+            self.warnings.append(warning)
+        self.run = RunFolder.create(
+            self.run_root,
+            resolved_yaml=self.loaded.resolved_yaml(),
+            recipe_path=self.source_path,
+            argv=self.argv,
+        )
+        if self.resumed_from is not None:
+            previous = self.resumed_from.read_provenance()
+            self.chain = set(previous.get("run_chain", [])) | {self.resumed_from.run_id}
+        fps = fingerprints(self.loaded)
+        self.fingerprints = fps
+        provenance = collect_provenance(
+            recipe_path=self.source_path,
+            recipe_sha256=self.loaded.sha256,
+            argv=self.argv,
+            operator_modules=_operator_modules(self.recipe.stages),
+            backend={"backend": self.recipe.policy.backend, "workers": self.recipe.policy.workers},
+        )
+        provenance.update({
+            "run_id": self.run.run_id,
+            "recipe_name": self.recipe.name,
+            "subjects": len(self.subjects),
+            "resumed_from": self.resumed_from.run_id if self.resumed_from else None,
+            "run_chain": sorted(self.chain),
+            "overrides": list(self.loaded.overrides),
+            "outcome": "running",
+        })
+        self.run.write_provenance(provenance)
+        for warning in self.warnings:
+            self.emit({"event": "warning", "message": warning})
+        self.emit({"event": "run_started", "run_id": self.run.run_id, "recipe": str(self.loaded.path),
+                   "subjects": len(self.subjects), "stages": [s.name for s in self.recipe.ordered_stages()],
+                   "user": _user(), "resumed_from": provenance["resumed_from"]})
+        started = time.monotonic()
+        try:
+            for stage in self.recipe.ordered_stages():
+                if self.stop.is_set():
+                    break
+                self.run_stage(stage)
+        finally:
+            hard = self.stop.hard
+            self.backends.close(graceful=not hard)
+        outcome, exit_code = self.outcome()
+        if outcome == "success":
+            self.clear_on_success()
+        summary = {
+            "stages": {name: c.as_dict() for name, c in self.counts.items()},
+            "failed_subjects": len(self.failures),
+            "stop_reason": self.stop.reason,
+            "duration_sec": round(time.monotonic() - started, 3),
+            "backends": self.backends.described,
+        }
+        self.emit({"event": "run_finished", "outcome": outcome, "exit_code": exit_code, **summary})
+        self.run.finish(outcome, summary)
+        self.run.events.close()
+        return RunSummary(self.run, outcome, exit_code, self.counts, self.failures, self.stop.reason,
+                          self.warnings, self.group_results)
+
+    def outcome(self) -> tuple[str, int]:
+        if self.stop.is_set() and not (self.stop.reason or "").startswith("fail_fast"):
+            return "interrupted", exit_code_for(self.stop.signum)
+        if self.failures or any(c.skipped or c.failed or c.not_run for c in self.counts.values()):
+            return "failed", EXIT_FAILED_SUBJECTS
+        return "success", EXIT_OK
+
+    def clear_on_success(self) -> None:
+        for stage in self.recipe.stages:
+            if self.recipe.stage_policy(stage.name).clear_checkpoint_on_success:
+                plan = self.plans.get(stage.name)
+                if plan is not None:
+                    removed = self.store.discard(plan.keys.values())
+                    self.emit({"event": "checkpoint_cleared", "stage": stage.name, "records": removed})
+
+    # ------------------------------------------------------------------ stages
+    def run_stage(self, stage: StageSpec) -> None:
+        policy = self.recipe.stage_policy(stage.name)
+        plan = plan_stage(self.recipe, stage.name, self.subjects, self.plans, self.store,
+                          self.fingerprints[stage.name])
+        self.plans[stage.name] = plan
+        to_run = self.really_to_run(plan)
+        counts = StageCounts(total=len(plan.keys))
+        self.counts[stage.name] = counts
+        blocked = [sid for sid, st in plan.status.items() if st == SubjectStatus.BLOCKED]
+        to_run_set = set(to_run)
+        counts.cached = sum(1 for sid, st in plan.status.items()
+                            if st == SubjectStatus.DONE and sid not in to_run_set)
+        # Failures recorded by an earlier run and not retried count as failed in this run too.
+        old_failures = [sid for sid, st in plan.status.items()
+                        if st == SubjectStatus.FAILED and sid not in to_run_set]
+        self.emit({"event": "stage_started", "stage": stage.name, "kind": stage.kind,
+                   "total": counts.total, "cached": counts.cached, "to_run": len(to_run),
+                   "blocked": len(blocked), "recorded_failures": len(old_failures)})
+        if old_failures:
+            states = self.store.states(plan.keys[sid] for sid in old_failures)
+            for sid in old_failures:
+                state = states.get(plan.keys[sid])
+                counts.failed += 1
+                self.failures.append(FailureLine(stage.name, sid,
+                                                 f"recorded failure (not retried): {state.error if state else '?'}",
+                                                 state.kind if state else None,
+                                                 state.log_path if state else None))
+        if blocked:
+            counts.skipped = len(blocked)
+            self.emit_many([{"event": "subject_skipped", "stage": stage.name, "subject": sid,
+                             "reason": "skipped: upstream failed"} for sid in blocked])
+        if to_run and not self.stop.is_set():
+            if stage.kind == "train":
+                self.run_train(stage, plan, policy, counts)
+            else:
+                self.run_with_backend(stage, plan, policy, to_run, counts)
+        counts.not_run = sum(1 for sid in to_run if (stage.name, sid) not in self.finished)
+        self.emit({"event": "stage_finished", "stage": stage.name, **counts.as_dict()})
+        if stage.kind != "map" and plan.status.get(GROUP_SUBJECT) == SubjectStatus.DONE:
+            key = plan.keys[GROUP_SUBJECT]
+            self.group_results[stage.name] = self.store.results([key]).get(key)
+
+    def really_to_run(self, plan: StagePlan) -> list[str]:
+        """The plan's work, minus what an interrupted run in this resume chain already finished."""
+        to_run = plan.to_run()
+        if not self.chain or not to_run:
+            return to_run
+        states = self.store.states(plan.keys[sid] for sid in to_run)
+        keep = []
+        for sid in to_run:
+            state = states.get(plan.keys[sid])
+            if state is not None and state.ok and state.run_id in self.chain:
+                plan.status[sid] = SubjectStatus.DONE
+                continue
+            keep.append(sid)
+        return keep
+
+    # ------------------------------------------------------------------ map and collect
+    def run_with_backend(self, stage: StageSpec, plan: StagePlan, policy: Any, to_run: list[str],
+                         counts: StageCounts) -> None:
+        op = OperatorRef(stage=stage.name, path=stage.operator or "", params=dict(stage.params),
+                         kind="collect" if stage.kind == "collect" else "map",
+                         search_path=self.loaded.search_path)
+        backend = self.backends.for_policy(policy)
+        (self.run.path / "logs" / stage.name).mkdir(parents=True, exist_ok=True)
+        tasks = self.build_tasks(stage, plan, to_run)
+        rounds = policy.auto_retry_rounds
+        fail_fast = policy.on_subject_failure == "fail_fast"
+
+        def report(outcomes: list[SubjectOutcome]) -> None:
+            records: list[Record] = []
+            events: list[dict[str, Any]] = []
+            for outcome in outcomes:
+                task = outcome.task
+                sid = task.subject_id
+                if outcome.ok:
+                    plan.status[sid] = SubjectStatus.DONE
+                    counts.done += 1
+                    self.finished.add((stage.name, sid))
+                    records.append(self.record(stage.name, plan, task, outcome))
+                    events.append({"event": "subject_done", "stage": stage.name, "subject": sid,
+                                   "attempt": task.attempt, "duration_sec": round(outcome.duration_sec, 6),
+                                   "pid": outcome.worker_pid})
+                    continue
+                final = task.attempt > rounds or fail_fast or self.stop.is_set()
+                events.append({"event": "subject_failed", "stage": stage.name, "subject": sid,
+                               "attempt": task.attempt, "kind": outcome.kind, "error": outcome.error,
+                               "final": final, "log": task.log_path, "pid": outcome.worker_pid})
+                if final:
+                    plan.status[sid] = SubjectStatus.FAILED
+                    counts.failed += 1
+                    self.finished.add((stage.name, sid))
+                    records.append(self.record(stage.name, plan, task, outcome))
+                    self.failures.append(FailureLine(stage.name, sid, outcome.error or "failed",
+                                                     outcome.kind, task.log_path))
+                    if fail_fast and not self.stop.is_set():
+                        self.stop.set(f"fail_fast: subject {sid} failed in stage {stage.name!r}: {outcome.error}")
+                else:
+                    retry.append(replace(task, attempt=task.attempt + 1))
+            if records:
+                self.store.put(records)  # durable before anyone is told
+            self.emit_many(events)
+
+        pending = tasks
+        while pending and not self.stop.is_set():
+            retry: list[SubjectTask] = []
+            backend.run_tasks(op, pending, report, self.stop)
+            if retry and not self.stop.is_set():
+                self.emit({"event": "retry_round", "stage": stage.name, "subjects": len(retry),
+                           "attempt": retry[0].attempt})
+            pending = retry
+
+    def build_tasks(self, stage: StageSpec, plan: StagePlan, to_run: list[str]) -> list[SubjectTask]:
+        if stage.kind == "collect":
+            return [self.group_task(stage, plan)]
+        tasks: list[SubjectTask] = []
+        needs = list(stage.needs)
+        for start in range(0, len(to_run), RESULT_BATCH):
+            chunk = to_run[start:start + RESULT_BATCH]
+            upstream: dict[str, dict[str, Any]] = {}
+            for need in needs:
+                keys = {sid: self.plans[need].keys[sid] for sid in chunk}
+                results = self.store.results(keys.values())
+                upstream[need] = {sid: results.get(key) for sid, key in keys.items()}
+            for sid in chunk:
+                row = self.rows[sid]
+                tasks.append(SubjectTask(
+                    key=plan.keys[sid],
+                    subject_id=sid,
+                    fields=row.fields,
+                    inputs={need: upstream[need][sid] for need in needs},
+                    workdir=str(work_dir(self.run_root, stage.name, row.safe)),
+                    log_path=str(self.run.subject_log(stage.name, row.safe)),
+                ))
+        return tasks
+
+    def group_inputs(self, stage: StageSpec, plan: StagePlan) -> dict[str, Any]:
+        """For a collect stage: subject -> result (one need) or subject -> {need: result}."""
+        members = list(plan.members)
+        per_need: dict[str, dict[str, Any]] = {}
+        for need in stage.needs:
+            need_plan = self.plans[need]
+            if need_plan.kind == "map":
+                keys = {sid: need_plan.keys[sid] for sid in members}
+                results = self.store.results(keys.values())
+                per_need[need] = {sid: results.get(key) for sid, key in keys.items()}
+            else:
+                key = need_plan.keys[GROUP_SUBJECT]
+                per_need[need] = {GROUP_SUBJECT: self.store.results([key]).get(key)}
+        if len(stage.needs) == 1:
+            return per_need[stage.needs[0]]
+        return {sid: {need: per_need[need].get(sid) for need in stage.needs} for sid in members}
+
+    def group_task(self, stage: StageSpec, plan: StagePlan) -> SubjectTask:
+        return SubjectTask(
+            key=plan.keys[GROUP_SUBJECT],
+            subject_id=GROUP_SUBJECT,
+            fields={"subjects": {sid: self.rows[sid].fields for sid in plan.members if sid in self.rows}},
+            inputs=self.group_inputs(stage, plan),
+            workdir=str(work_dir(self.run_root, stage.name, GROUP_FILE_NAME)),
+            log_path=str(self.run.subject_log(stage.name, GROUP_FILE_NAME)),
+        )
+
+    def record(self, stage: str, plan: StagePlan, task: SubjectTask, outcome: SubjectOutcome) -> Record:
+        return Record(
+            stage=stage, key=task.key, subject_id=task.subject_id, ok=outcome.ok,
+            result=outcome.result if outcome.ok else None,
+            error=None if outcome.ok else outcome.error, kind=None if outcome.ok else outcome.kind,
+            attempts=task.attempt, components=plan.components.get(task.subject_id, {}),
+            run_id=self.run.run_id, log_path=task.log_path, duration_sec=outcome.duration_sec,
+        )
+
+    # ------------------------------------------------------------------ train
+    def run_train(self, stage: StageSpec, plan: StagePlan, policy: Any, counts: StageCounts) -> None:
+        from habitrun.engine.train import run_train_stage
+
+        inputs: dict[str, Any] = {}
+        for need in stage.needs:
+            need_plan = self.plans[need]
+            if need_plan.kind == "map":
+                keys = {sid: need_plan.keys[sid] for sid in plan.members}
+                results = self.store.results(keys.values())
+                inputs[need] = {sid: results.get(k) for sid, k in keys.items()}
+            else:
+                key = need_plan.keys[GROUP_SUBJECT]
+                inputs[need] = self.store.results([key]).get(key)
+        task = SubjectTask(
+            key=plan.keys[GROUP_SUBJECT], subject_id=GROUP_SUBJECT, fields={}, inputs=inputs,
+            workdir=str(work_dir(self.run_root, stage.name, GROUP_FILE_NAME)),
+            log_path=str(self.run.stage_dir(stage.name)),
+        )
+        Path(task.workdir).mkdir(parents=True, exist_ok=True)
+        self.emit({"event": "train_started", "stage": stage.name,
+                   "nproc_per_node": stage.launch.nproc_per_node if stage.launch else 1})
+        result = run_train_stage(
+            stage, policy, stage_dir=self.run.stage_dir(stage.name), workdir=Path(task.workdir),
+            inputs=inputs, search_path=self.loaded.search_path, run_id=self.run.run_id,
+            stop=self.stop, console=self.console_line,
+        )
+        outcome = SubjectOutcome(task, result.ok, result=result.result, error=result.error,
+                                 kind=None if result.ok else (FailureKind.INTERRUPTED if self.stop.is_set() else FailureKind.EXCEPTION),
+                                 traceback=result.traceback, duration_sec=result.duration_sec)
+        task.attempt = max(1, result.attempts)
+        task.log_path = result.log_dir
+        if result.ok:
+            plan.status[GROUP_SUBJECT] = SubjectStatus.DONE
+            counts.done += 1
+            self.finished.add((stage.name, GROUP_SUBJECT))
+            self.store.put([self.record(stage.name, plan, task, outcome)])
+            self.emit({"event": "subject_done", "stage": stage.name, "subject": GROUP_SUBJECT,
+                       "attempt": task.attempt, "duration_sec": round(result.duration_sec, 3)})
+        elif not self.stop.is_set():
+            plan.status[GROUP_SUBJECT] = SubjectStatus.FAILED
+            counts.failed += 1
+            self.finished.add((stage.name, GROUP_SUBJECT))
+            self.store.put([self.record(stage.name, plan, task, outcome)])
+            self.failures.append(FailureLine(stage.name, GROUP_SUBJECT, result.error or "failed",
+                                             outcome.kind, result.log_dir))
+            self.emit({"event": "subject_failed", "stage": stage.name, "subject": GROUP_SUBJECT,
+                       "attempt": task.attempt, "kind": outcome.kind, "error": result.error,
+                       "final": True, "log": result.log_dir})
+            if policy.on_subject_failure == "fail_fast":
+                self.stop.set(f"fail_fast: train stage {stage.name!r} failed: {result.error}")
+
+    def console_line(self, line: str) -> None:
+        if self.observer is not None:
+            self.observer({"event": "console", "line": line})
+
+
+def _operator_modules(stages: Sequence[StageSpec]) -> list[str]:
+    modules = []
+    for stage in stages:
+        path = stage.operator or stage.entrypoint
+        if path:
+            modules.append(path.partition(":")[0] if ":" in path else path.rpartition(".")[0])
+    return modules
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # noqa: BLE001 - no passwd entry in some containers
+        return str(os.getuid())
