@@ -1,0 +1,58 @@
+"""Fixtures shared by every test: no test may leave a process behind."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import psutil
+import pytest
+
+
+def _descendants() -> dict[int, psutil.Process]:
+    try:
+        return {p.pid: p for p in psutil.Process(os.getpid()).children(recursive=True)}
+    except psutil.Error:
+        return {}
+
+
+def wait_gone(pids: list[int], timeout: float = 10.0) -> list[int]:
+    """PIDs still alive (not zombies) after waiting up to ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    alive = list(pids)
+    while alive and time.monotonic() < deadline:
+        still = []
+        for pid in alive:
+            try:
+                proc = psutil.Process(pid)
+                if proc.status() != psutil.STATUS_ZOMBIE:
+                    still.append(pid)
+            except psutil.NoSuchProcess:
+                pass
+        alive = still
+        if alive:
+            time.sleep(0.05)
+    return alive
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_children():
+    """Every process a test starts must be gone when it ends."""
+    before = set(_descendants())
+    yield
+    started = [pid for pid in _descendants() if pid not in before]
+    leftover = wait_gone(started, timeout=10.0)
+    if leftover:
+        details = []
+        for pid in leftover:
+            try:
+                details.append(f"{pid} {' '.join(psutil.Process(pid).cmdline())[:120]}")
+            except psutil.Error:
+                pass
+        for pid in leftover:
+            try:
+                psutil.Process(pid).kill()
+            except psutil.Error:
+                pass
+        if details:
+            pytest.fail("test left processes behind: " + "; ".join(details))
