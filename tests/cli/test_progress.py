@@ -1,0 +1,49 @@
+"""The run display: bars with counts on a terminal, readable plain lines elsewhere, nothing with --quiet."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from habitrun.cli.progress import RunDisplay
+
+EVENTS = [
+    {"event": "run_started", "run_id": "r1", "subjects": 3, "stages": ["features"], "resumed_from": None},
+    {"event": "stage_started", "stage": "features", "kind": "map", "total": 3, "cached": 1, "to_run": 2,
+     "blocked": 0, "recorded_failures": 0},
+    {"event": "subject_done", "stage": "features", "subject": "A", "attempt": 1},
+    {"event": "subject_failed", "stage": "features", "subject": "B", "attempt": 1, "kind": "exception",
+     "error": "ValueError: bad voxel", "final": True, "log": "/tmp/B.log"},
+    {"event": "stage_finished", "stage": "features", "total": 3, "done": 1, "cached": 1, "failed": 1,
+     "skipped": 0, "not_run": 0},
+]
+
+
+def render(**kwargs: object) -> str:
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=140, force_terminal=kwargs.pop("terminal", False), color_system=None)
+    with RunDisplay(console, **kwargs) as display:  # type: ignore[arg-type]
+        for event in EVENTS:
+            display.on_event(event)
+    return buffer.getvalue()
+
+
+def test_terminal_shows_a_bar_with_done_failed_cached_counts() -> None:
+    out = render(terminal=True)
+    assert "features" in out
+    assert "3/3" in out
+    assert "1 done" in out and "1 failed" in out and "1 cached" in out
+    assert "B failed" in out and "ValueError: bad voxel" in out
+
+
+def test_plain_output_is_lines_without_control_sequences() -> None:
+    out = render(terminal=False)
+    assert "\x1b[" not in out
+    assert "[features] map stage: 3 subject(s), 1 cached, 2 to run" in out
+    assert "[features] finished: 1 done, 1 cached, 1 failed, 0 skipped" in out
+    assert "/tmp/B.log" in out
+
+
+def test_quiet_prints_nothing_while_running() -> None:
+    assert render(quiet=True) == ""
