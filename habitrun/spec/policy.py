@@ -17,6 +17,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from habitrun.spec.located import LocatedError
+
 Backend = Literal["serial", "process", "dask"]
 ParallelMode = Literal["persistent", "isolated"]
 FailureMode = Literal["continue", "fail_fast"]
@@ -126,6 +128,7 @@ class RunPolicy(BaseModel):
 
     @model_validator(mode="after")
     def _combinations_that_make_sense(self) -> RunPolicy:
+        problems: list[tuple[tuple[str, ...], str]] = []
         if self.backend == "serial":
             needs_process = []
             if self.workers > 1:
@@ -137,17 +140,21 @@ class RunPolicy(BaseModel):
             if self.worker_memory_limit_mb is not None:
                 needs_process.append("worker_memory_limit_mb")
             if needs_process:
-                raise ValueError(
+                problems.append((
+                    ("backend",),
                     "backend 'serial' runs subjects in-process and cannot honour "
                     + ", ".join(needs_process)
-                    + "; use backend 'process' or drop them"
-                )
+                    + "; use backend 'process' or drop them",
+                ))
         if self.parallel_mode == "isolated" and self.persistent_worker_recycle_after_tasks > 0:
-            raise ValueError(
-                "persistent_worker_recycle_after_tasks only applies to parallel_mode 'persistent'"
-            )
+            problems.append((
+                ("persistent_worker_recycle_after_tasks",),
+                "persistent_worker_recycle_after_tasks only applies to parallel_mode 'persistent'",
+            ))
         if self.dask is not None and self.backend != "dask":
-            raise ValueError("the 'dask' settings need backend 'dask'")
+            problems.append((("dask",), "the 'dask' settings need backend 'dask'"))
+        if problems:
+            raise LocatedError(problems)
         return self
 
     def to_dict(self) -> dict[str, Any]:

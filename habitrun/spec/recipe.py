@@ -7,10 +7,19 @@ These models validate structure and the stage graph. Reading the file
 from __future__ import annotations
 
 import re
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
+from habitrun.spec.located import LocatedError
 from habitrun.spec.policy import RunPolicy
 
 RECIPE_VERSION = 1
@@ -22,9 +31,17 @@ StdStream = Literal["none", "out", "err", "all"]
 
 
 def _optional_policy_fields() -> dict[str, Any]:
+    """Every RunPolicy field with its type and bounds, unset by default.
+
+    The default (None) is never validated, so "not given" needs no Optional,
+    and an explicit ``workers: null`` or ``workers: 0`` is caught at its line.
+    """
     fields: dict[str, Any] = {}
     for name, info in RunPolicy.model_fields.items():
-        fields[name] = (Optional[info.annotation], Field(default=None, description=info.description))  # noqa: UP045
+        annotation: Any = info.annotation
+        if info.metadata:
+            annotation = Annotated.__class_getitem__((annotation, *info.metadata))  # type: ignore[attr-defined]
+        fields[name] = (annotation, Field(default=None, description=info.description))
     return fields
 
 
@@ -89,21 +106,26 @@ class StageSpec(BaseModel):
 
     @model_validator(mode="after")
     def _fields_fit_the_kind(self) -> StageSpec:
+        problems: list[tuple[tuple[Any, ...], str]] = []
         if self.kind in ("map", "collect"):
             if self.operator is None:
-                raise ValueError(f"a {self.kind} stage needs an 'operator'")
+                problems.append((("operator",), f"a {self.kind} stage needs an 'operator' ('module:attribute')"))
             for extra in ("entrypoint", "command", "launch"):
                 if getattr(self, extra) is not None:
-                    raise ValueError(f"'{extra}' belongs to train stages, not to a {self.kind} stage")
+                    problems.append(((extra,), f"'{extra}' belongs to train stages, not to a {self.kind} stage"))
         else:
             if self.operator is not None:
-                raise ValueError("a train stage takes 'entrypoint' or 'command', not 'operator'")
+                problems.append((("operator",), "a train stage takes 'entrypoint' or 'command', not 'operator'"))
             if (self.entrypoint is None) == (self.command is None):
-                raise ValueError("a train stage needs exactly one of 'entrypoint' or 'command'")
+                where = ("command",) if self.command is not None else ("kind",)
+                problems.append((where, "a train stage needs exactly one of 'entrypoint' or 'command'"))
         if self.kind == "collect" and not self.needs:
-            raise ValueError("a collect stage needs at least one stage in 'needs'")
-        if len(set(self.needs)) != len(self.needs):
-            raise ValueError("'needs' lists a stage twice")
+            problems.append((("kind",), "a collect stage needs at least one stage in 'needs'"))
+        for i, need in enumerate(self.needs):
+            if need in self.needs[:i]:
+                problems.append((("needs", i), f"'needs' lists stage {need!r} twice"))
+        if problems:
+            raise LocatedError(problems)
         return self
 
     def policy_override(self) -> dict[str, Any]:
@@ -129,31 +151,39 @@ class Recipe(BaseModel):
 
     @model_validator(mode="after")
     def _stage_graph(self) -> Recipe:
+        problems: list[tuple[tuple[Any, ...], str]] = []
         names = [s.name for s in self.stages]
-        seen: set[str] = set()
-        for name in names:
-            if name in seen:
-                raise ValueError(f"two stages are named {name!r}")
-            seen.add(name)
-        for stage in self.stages:
-            for need in stage.needs:
-                if need not in seen:
+        first: dict[str, int] = {}
+        for i, name in enumerate(names):
+            if name in first:
+                problems.append((("stages", i, "name"), f"two stages are named {name!r} (stages[{first[name]}] and stages[{i}])"))
+            first.setdefault(name, i)
+        for i, stage in enumerate(self.stages):
+            for j, need in enumerate(stage.needs):
+                if need == stage.name:
+                    problems.append((("stages", i, "needs", j), f"stage {stage.name!r} needs itself"))
+                elif need not in first:
                     close = _closest(need, names)
                     hint = f" (did you mean {close!r}?)" if close else ""
-                    raise ValueError(f"stage {stage.name!r} needs unknown stage {need!r}{hint}")
-                if need == stage.name:
-                    raise ValueError(f"stage {stage.name!r} needs itself")
-        cycle = _find_cycle({s.name: s.needs for s in self.stages})
-        if cycle:
-            raise ValueError("the stages' needs form a cycle: " + " -> ".join(cycle))
-        for stage in self.stages:
-            for need in stage.needs:
-                if self.stage(need).kind == "train" and stage.kind == "map":
-                    raise ValueError(f"map stage {stage.name!r} cannot need train stage {need!r}")
+                    problems.append((("stages", i, "needs", j), f"stage {stage.name!r} needs unknown stage {need!r}{hint}"))
+                elif self.stages[first[need]].kind == "train" and stage.kind == "map":
+                    problems.append((("stages", i, "needs", j), f"map stage {stage.name!r} cannot need train stage {need!r} (a train stage has no per-subject results)"))
+        if not problems:
+            cycle = _find_cycle({s.name: s.needs for s in self.stages})
+            if cycle:
+                i = first[cycle[0]]
+                problems.append((("stages", i, "needs"), "the stages' needs form a cycle: " + " -> ".join(cycle)))
+        for i, stage in enumerate(self.stages):
             try:
                 self.policy.merged(stage.policy_override())
-            except ValueError as exc:
-                raise ValueError(f"stage {stage.name!r}: its policy override makes an invalid policy: {exc}") from None
+            except ValidationError as exc:
+                for err in exc.errors():
+                    inner = (err.get("ctx") or {}).get("error")
+                    subs = inner.items if isinstance(inner, LocatedError) else [(tuple(err["loc"]), err["msg"])]
+                    for sub, message in subs:
+                        problems.append((("stages", i, "policy", *sub), f"with the recipe's policy, this stage's policy is invalid: {message}"))
+        if problems:
+            raise LocatedError(problems)
         return self
 
     def stage(self, name: str) -> StageSpec:
