@@ -1,0 +1,103 @@
+"""Decide, without writing a byte, whether a folder may be opened as a checkpoint store.
+
+diskcache rewrites settings and switches the journal mode of any SQLite file
+it opens, so a folder is inspected read-only first: a foreign diskcache, a
+corrupt database or a plain file where the folder should be is refused with
+a message, and left exactly as it was.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from enum import Enum
+from pathlib import Path
+from urllib.parse import quote
+
+from habitrun.errors import StoreError
+
+DB_NAME = "cache.db"  # diskcache's database file name
+STORE_FORMAT = "habitrun-checkpoint-store"
+STORE_VERSION = 1
+META_TABLE = "habitrun_meta"
+LOCK_NAME = "habitrun.lock"
+_SQLITE_HEADER = b"SQLite format 3\x00"
+_HARMLESS = {LOCK_NAME}  # files habitrun itself may put in a store folder before the database
+
+
+class StoreDirState(str, Enum):
+    MISSING = "missing"  # nothing there yet: create it
+    EMPTY = "empty"  # a folder without a database (or a database never written): initialise it
+    HABITRUN = "habitrun"  # a store habitrun wrote
+
+
+def _refuse(directory: Path, what: str) -> StoreError:
+    return StoreError(
+        f"{directory} is not a habitrun checkpoint store: {what}. It was left untouched; "
+        "move it away, or point policy.checkpoint_dir (or the recipe's run_dir) at another folder."
+    )
+
+
+def inspect_store_dir(directory: Path) -> StoreDirState:
+    """Classify ``directory``; raise StoreError for anything that is not (yet) a habitrun store."""
+    if not directory.exists():
+        if directory.is_symlink():
+            raise _refuse(directory, "it is a dangling symbolic link")
+        return StoreDirState.MISSING
+    if not directory.is_dir():
+        raise _refuse(directory, "it is a file, not a folder")
+    db = directory / DB_NAME
+    if not db.exists():
+        others = sorted(set(os.listdir(directory)) - _HARMLESS)
+        if others:
+            shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
+            raise _refuse(directory, f"the folder holds other files ({shown}) and no {DB_NAME}")
+        return StoreDirState.EMPTY
+    if not db.is_file():
+        raise _refuse(directory, f"{DB_NAME} is not a regular file")
+    with open(db, "rb") as fh:
+        header = fh.read(len(_SQLITE_HEADER))
+    if not header:
+        return StoreDirState.EMPTY  # created, never written (a crash right at creation)
+    if header != _SQLITE_HEADER:
+        raise _refuse(directory, f"{DB_NAME} is not an SQLite database (corrupt or foreign)")
+    return _check_database(directory, db)
+
+
+def _check_database(directory: Path, db: Path) -> StoreDirState:
+    # Without a write-ahead log there is nothing but the file to read: open it immutable, so
+    # not even -wal/-shm companions appear beside a foreign file. With one (a live or killed
+    # habitrun writer), read-only mode is needed to see the log's committed pages.
+    wal = db.with_name(db.name + "-wal")
+    mode = "mode=ro" if wal.exists() else "immutable=1"
+    uri = f"file:{quote(str(db))}?{mode}"
+    try:
+        con = sqlite3.connect(uri, uri=True, timeout=30)
+    except sqlite3.Error as exc:
+        raise _refuse(directory, f"{DB_NAME} cannot be opened ({exc})") from None
+    try:
+        tables = {row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if META_TABLE not in tables:
+            if {"Cache", "Settings"} <= tables:
+                raise _refuse(directory, f"{DB_NAME} is a diskcache that habitrun did not write")
+            if not tables:
+                return StoreDirState.EMPTY
+            raise _refuse(directory, f"{DB_NAME} is an SQLite database of something else")
+        meta = dict(con.execute(f"SELECT name, value FROM {META_TABLE}").fetchall())
+    except sqlite3.DatabaseError as exc:
+        raise _refuse(directory, f"{DB_NAME} is damaged ({exc})") from None
+    finally:
+        con.close()
+    if meta.get("format") != STORE_FORMAT:
+        raise _refuse(directory, f"{DB_NAME} has an unknown format marker {meta.get('format')!r}")
+    try:
+        version = int(meta.get("version", "0"))
+    except ValueError:
+        version = -1
+    if version != STORE_VERSION:
+        raise StoreError(
+            f"the checkpoint store at {directory} has format version {meta.get('version')!r}; "
+            f"this habitrun reads version {STORE_VERSION}. Use the habitrun that wrote it, "
+            "or point policy.checkpoint_dir at a new folder."
+        )
+    return StoreDirState.HABITRUN

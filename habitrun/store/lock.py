@@ -1,0 +1,185 @@
+"""The store lock: one run writes a store at a time.
+
+``flock`` on an open descriptor, so the kernel drops the lock the moment its
+holder dies: no stale lock after a crash and never a manual unlock step.
+The file is never deleted (deleting a lock file lets two processes lock two
+different inodes) and never truncated before it is held; once held, the
+holder writes who it is (pid, host, since, command) for the message the
+next run shows. Forked children close their inherited copy, so a worker
+that outlives a killed runner cannot keep the store locked.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from habitrun.errors import LockHeldError, StoreError
+from habitrun.store.guard import LOCK_NAME
+
+_HELD: set[int] = set()
+
+
+def _close_inherited() -> None:
+    for fd in list(_HELD):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _HELD.clear()
+
+
+os.register_at_fork(after_in_child=_close_inherited)
+
+
+def _process_start(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.Error, OSError):
+        return None
+
+
+def _parse(text: str) -> dict[str, Any] | None:
+    try:
+        info = json.loads(text)
+    except (json.JSONDecodeError, ValueError):
+        return None
+    return info if isinstance(info, dict) and "pid" in info else None
+
+
+def holder_alive(info: dict[str, Any]) -> bool | None:
+    """Whether the process named in holder info still runs (None: it runs on another host)."""
+    if info.get("host") != socket.gethostname():
+        return None
+    started = _process_start(int(info.get("pid", -1)))
+    if started is None:
+        return False
+    recorded = info.get("process_start")
+    return recorded is None or abs(started - float(recorded)) < 1.0
+
+
+def read_holder(path: Path) -> dict[str, Any] | None:
+    """The holder info written in the lock file, without locking (for `status`)."""
+    try:
+        return _parse(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+class StoreLock:
+    """Exclusive, crash-safe lock on a store (a context manager)."""
+
+    def __init__(self, path: Path, *, what: str | None = None) -> None:
+        self.path = Path(path)
+        self.what = what or str(self.path.parent)
+        self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def acquire(self) -> None:
+        """Take the lock or raise LockHeldError naming the holder."""
+        if self._fd is not None:
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise StoreError(f"cannot create the lock file {self.path}: {exc.strerror or exc}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            info = self._holder_info(fd)
+            os.close(fd)
+            raise LockHeldError(self._held_message(info)) from None
+        except OSError as exc:
+            os.close(fd)
+            raise StoreError(f"cannot lock {self.path}: {exc.strerror or exc}") from None
+        _HELD.add(fd)
+        self._fd = fd
+        self._write_holder(fd)
+
+    def release(self) -> None:
+        """Drop the lock (the kernel does the same if the process dies)."""
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        _HELD.discard(fd)
+        try:
+            os.ftruncate(fd, 0)
+        except OSError:
+            pass
+        try:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+    def __enter__(self) -> StoreLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    # -- holder info ---------------------------------------------------------------------------
+    @staticmethod
+    def _write_holder(fd: int) -> None:
+        now = time.time()
+        info = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "since": datetime.fromtimestamp(now).astimezone().isoformat(timespec="seconds"),
+            "since_ts": now,
+            "process_start": _process_start(os.getpid()),
+            "command": " ".join(["habitrun", *sys.argv[1:]]) if sys.argv else "habitrun",
+        }
+        data = json.dumps(info).encode()
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, data, 0)
+
+    @staticmethod
+    def _holder_info(fd: int) -> dict[str, Any] | None:
+        # The holder writes its info right after locking; give it a moment to appear.
+        for _ in range(25):
+            try:
+                size = os.fstat(fd).st_size
+                info = _parse(os.pread(fd, max(size, 1), 0).decode("utf-8", "replace"))
+            except OSError:
+                info = None
+            if info is not None:
+                return info
+            time.sleep(0.02)
+        return None
+
+    def _held_message(self, info: dict[str, Any] | None) -> str:
+        if info is None:
+            return (
+                f"{self.what} is in use by another habitrun process (lock {self.path}); "
+                "wait for it to finish or stop it"
+            )
+        who = f"pid {info.get('pid')} on {info.get('host')} since {info.get('since')}"
+        cmd = info.get("command")
+        if cmd:
+            who += f" (`{cmd}`)"
+        if holder_alive(info) is False:
+            return (
+                f"{self.what} is locked; the run that took the lock, {who}, has exited, but a "
+                f"process it started still holds {self.path}. Stop that process "
+                f"(`fuser {self.path}` names it) and try again"
+            )
+        return f"{self.what} is in use by {who}; wait for it to finish or stop it"
+
+
+def default_lock_path(store_dir: Path) -> Path:
+    """Where the engine locks a store, and where `status` looks for a live run."""
+    return Path(store_dir) / LOCK_NAME

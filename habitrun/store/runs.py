@@ -1,0 +1,182 @@
+"""Run folders: what one run read, did and printed, under ``<run_root>/runs/<run_id>/``.
+
+A run folder holds the resolved recipe (what `resume` replays), where it
+came from (``source.json``), the provenance record, the event log, and one
+log file per subject per stage. Work folders live outside runs
+(``<run_root>/work/<stage>/<subject>``) so a resumed run finds a subject's
+files where the killed run left them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from habitrun.errors import StoreError
+from habitrun.store.events import EventLog
+
+RUNS = "runs"
+RECIPE_FILE = "recipe.yaml"
+SOURCE_FILE = "source.json"
+PROVENANCE_FILE = "provenance.json"
+EVENTS_FILE = "events.jsonl"
+
+
+def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=2, default=str, ensure_ascii=False)
+        fh.write("\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise StoreError(f"{path} cannot be read ({exc}); the run folder is damaged") from None
+    if not isinstance(data, dict):
+        raise StoreError(f"{path} does not hold a JSON object; the run folder is damaged")
+    return data
+
+
+class RunFolder:
+    """One run's folder (see the module docstring)."""
+
+    def __init__(self, path: Path, source: dict[str, Any]) -> None:
+        self.path = Path(path)
+        self.run_id = self.path.name
+        self.source = source
+        self.recipe_file = self.path / RECIPE_FILE
+        self.events = EventLog(self.path / EVENTS_FILE)
+
+    def __repr__(self) -> str:
+        return f"RunFolder({str(self.path)!r})"
+
+    @classmethod
+    def create(
+        cls,
+        run_root: Path,
+        *,
+        resolved_yaml: str,
+        recipe_path: Path,
+        argv: list[str],
+        root: Path | None = None,
+    ) -> RunFolder:
+        """Make a new run folder with the resolved recipe and its source written."""
+        runs = Path(run_root) / RUNS
+        now = time.time()
+        stamp = datetime.fromtimestamp(now).strftime("%Y%m%d-%H%M%S")
+        try:
+            runs.mkdir(parents=True, exist_ok=True)
+            while True:
+                path = runs / f"{stamp}-{secrets.token_hex(3)}"
+                try:
+                    path.mkdir()
+                    break
+                except FileExistsError:
+                    continue
+            (path / "logs").mkdir()
+            recipe_path = Path(recipe_path).resolve()
+            source = {
+                "recipe_path": str(recipe_path),
+                "root": str(Path(root).resolve() if root else recipe_path.parent),
+                "argv": list(argv),
+                "created_ts": now,
+            }
+            tmp = path / f".{RECIPE_FILE}.tmp"
+            tmp.write_text(resolved_yaml, encoding="utf-8")
+            os.replace(tmp, path / RECIPE_FILE)
+            _write_json_atomic(path / SOURCE_FILE, source)
+        except OSError as exc:
+            raise StoreError(f"cannot create a run folder under {runs}: {exc}") from None
+        return cls(path, source)
+
+    @classmethod
+    def open(cls, path: Path) -> RunFolder:
+        """Open an existing run folder; StoreError if ``path`` is not one."""
+        path = Path(path)
+        if not path.is_dir():
+            raise StoreError(f"{path} is not a run folder (no such folder)")
+        if not (path / SOURCE_FILE).is_file() or not (path / RECIPE_FILE).is_file():
+            raise StoreError(
+                f"{path} is not a run folder: it lacks {SOURCE_FILE} or {RECIPE_FILE} "
+                f"(run folders live in <recipe folder>/.habitrun/{RUNS}/)"
+            )
+        return cls(path, _read_json(path / SOURCE_FILE))
+
+    @staticmethod
+    def looks_like_run(path: Path) -> bool:
+        return (Path(path) / SOURCE_FILE).is_file() and (Path(path) / RECIPE_FILE).is_file()
+
+    @property
+    def created_ts(self) -> float:
+        ts = self.source.get("created_ts")
+        if isinstance(ts, (int, float)):
+            return float(ts)
+        try:
+            return (self.path / SOURCE_FILE).stat().st_mtime
+        except OSError:
+            return 0.0
+
+    def subject_log(self, stage: str, safe: str) -> Path:
+        """Log file of one subject in one stage (the folder is created)."""
+        folder = self.path / "logs" / stage
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder / f"{safe}.log"
+
+    def stage_dir(self, stage: str) -> Path:
+        """A stage's own folder in this run (a train stage's attempts go here)."""
+        folder = self.path / "stages" / stage
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+    def write_provenance(self, info: dict[str, Any]) -> None:
+        _write_json_atomic(self.path / PROVENANCE_FILE, info)
+
+    def read_provenance(self) -> dict[str, Any]:
+        return _read_json(self.path / PROVENANCE_FILE)
+
+    def finish(self, outcome: str, summary: dict[str, Any]) -> None:
+        """Record the end: ``ended_at``, ``outcome`` and ``summary`` join the provenance."""
+        info = self.read_provenance()
+        info["ended_at"] = datetime.now().astimezone().isoformat(timespec="seconds")
+        info["outcome"] = outcome
+        info["summary"] = summary
+        self.write_provenance(info)
+
+
+def list_runs(run_root: Path) -> list[RunFolder]:
+    """Every run folder under ``run_root``, oldest first."""
+    runs = Path(run_root) / RUNS
+    if not runs.is_dir():
+        return []
+    found = []
+    for entry in runs.iterdir():
+        if entry.is_dir() and RunFolder.looks_like_run(entry):
+            try:
+                found.append(RunFolder.open(entry))
+            except StoreError:
+                continue
+    found.sort(key=lambda r: (r.created_ts, r.run_id))
+    return found
+
+
+def latest_run(run_root: Path) -> RunFolder | None:
+    """The newest run under ``run_root``, or None."""
+    runs = list_runs(run_root)
+    return runs[-1] if runs else None
+
+
+def work_dir(run_root: Path, stage: str, safe: str) -> Path:
+    """A subject's work folder for a stage, the same in every run (not created here)."""
+    return Path(run_root) / "work" / stage / safe
