@@ -180,8 +180,10 @@ class Recipe(BaseModel):
                 for err in exc.errors():
                     inner = (err.get("ctx") or {}).get("error")
                     subs = inner.items if isinstance(inner, LocatedError) else [(tuple(err["loc"]), err["msg"])]
+                    own = stage.policy_override()
                     for sub, message in subs:
-                        problems.append((("stages", i, "policy", *sub), f"with the recipe's policy, this stage's policy is invalid: {message}"))
+                        at = ("stages", i, "policy", *sub) if sub and sub[0] in own else ("stages", i, "policy")
+                        problems.append((at, f"merged over the recipe's policy, this override is invalid: {message}"))
         if problems:
             raise LocatedError(problems)
         return self

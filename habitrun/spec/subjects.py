@@ -1,0 +1,262 @@
+"""Subjects from a manifest file (.csv .tsv .json .jsonl .yaml), filtered by include/exclude.
+
+Subject ids later become file and folder names (logs, work folders), so each
+row also gets :func:`safe_name`: the id itself when it is a plain name, an
+encoding that cannot leave its folder otherwise. CSV/TSV go through the csv
+module (100,000 rows in a fraction of a second); problems name the manifest
+file and line.
+"""
+
+from __future__ import annotations
+
+import csv
+import difflib
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from habitrun.errors import RecipeError
+
+if TYPE_CHECKING:
+    from habitrun.spec.loader import LoadedRecipe
+
+FORMATS = (".csv", ".tsv", ".json", ".jsonl", ".ndjson", ".yaml", ".yml")
+MAX_SAFE_LEN = 100
+_PLAIN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
+_KEEP = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+
+
+@dataclass(frozen=True)
+class SubjectRow:
+    """One subject: its id, its manifest row, and its file-name-safe id."""
+
+    id: str
+    fields: dict[str, Any]
+    safe: str
+
+
+def safe_name(subject_id: str) -> str:
+    """A file-name-safe, unique, deterministic name for ``subject_id``.
+
+    Plain ids (letters, digits, ``_ . -``, not starting with ``.`` or ``-``,
+    at most 100 characters) are returned unchanged. Any other id is
+    percent-encoded (``%`` never appears in a plain id, so encoded and plain
+    names cannot collide); a name still too long keeps a prefix and adds
+    ``~`` and a hash of the whole id. The result never contains ``/``, NUL or
+    a control character and is never ``.`` or ``..``.
+    """
+    if _PLAIN.fullmatch(subject_id) and len(subject_id) <= MAX_SAFE_LEN:
+        return subject_id
+    out = []
+    for i, ch in enumerate(subject_id):
+        if ch in _KEEP and not (i == 0 and ch in ".-"):
+            out.append(ch)
+        else:
+            out.extend(f"%{b:02X}" for b in ch.encode("utf-8", "surrogatepass"))
+    encoded = "".join(out) or "%"
+    if len(encoded) <= MAX_SAFE_LEN:
+        return encoded
+    digest = hashlib.sha256(subject_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    prefix = encoded[:MAX_SAFE_LEN - 17]
+    prefix = prefix[: prefix.rfind("%")] if "%" in prefix[-2:] else prefix  # no cut escape
+    return f"{prefix}~{digest}"
+
+
+class _Rows:
+    """Raw rows of a manifest with the line each came from (for messages)."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.rows: list[tuple[int, dict[str, Any]]] = []
+        self.columns: list[str] | None = None
+
+
+def _read_delimited(text: str, source: str, delimiter: str) -> _Rows:
+    out = _Rows(source)
+    reader = csv.reader(text.splitlines(keepends=True), delimiter=delimiter)
+    header: list[str] | None = None
+    problems: list[str] = []
+    try:
+        for row in reader:
+            if not row or all(not cell.strip() for cell in row):
+                continue
+            if header is None:
+                header = [c.strip() for c in row]
+                dupes = sorted({c for c in header if header.count(c) > 1})
+                if dupes:
+                    raise RecipeError([f"{source}:{reader.line_num}:1: header: column {dupes[0]!r} appears twice"])
+                continue
+            if len(row) != len(header):
+                problems.append(f"{source}:{reader.line_num}:1: row has {len(row)} fields, the header has {len(header)}")
+                if len(problems) >= 20:
+                    break
+                continue
+            out.rows.append((reader.line_num, dict(zip(header, row, strict=True))))
+    except csv.Error as exc:
+        raise RecipeError([f"{source}:{reader.line_num}:1: cannot read the manifest: {exc}"]) from None
+    if problems:
+        raise RecipeError(problems)
+    out.columns = header
+    return out
+
+
+def _read_records(records: Any, source: str, lines: list[int] | None) -> _Rows:
+    out = _Rows(source)
+    if not isinstance(records, list):
+        raise RecipeError([f"{source}:1:1: expected a list of objects (one per subject), got {type(records).__name__}"])
+    problems = []
+    for i, record in enumerate(records):
+        line = lines[i] if lines else i + 1
+        if not isinstance(record, dict):
+            problems.append(f"{source}:{line}:1: [{i}]: expected an object (one subject's fields), got {type(record).__name__}")
+            continue
+        out.rows.append((line, {str(k): v for k, v in record.items()}))
+    if problems:
+        raise RecipeError(problems[:20])
+    return out
+
+
+def _read_json(text: str, source: str) -> _Rows:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise RecipeError([f"{source}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}"]) from None
+    return _read_records(data, source, _json_item_lines(text) if isinstance(data, list) else None)
+
+
+def _json_item_lines(text: str) -> list[int] | None:
+    """Line of each top-level item of a JSON list (for messages), cheaply: one pass over the text."""
+    decoder = json.JSONDecoder()
+    lines = []
+    i = text.index("[") + 1
+    try:
+        while True:
+            while i < len(text) and text[i] in " \t\r\n,":
+                i += 1
+            if i >= len(text) or text[i] == "]":
+                return lines
+            lines.append(text.count("\n", 0, i) + 1)
+            _, i = decoder.raw_decode(text, i)
+    except (ValueError, IndexError):
+        return None
+
+
+def _read_jsonl(text: str, source: str) -> _Rows:
+    records, lines = [], []
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise RecipeError([f"{source}:{n}:{exc.colno}: not valid JSON: {exc.msg}"]) from None
+        lines.append(n)
+    return _read_records(records, source, lines)
+
+
+def _read_yaml(text: str, source: str) -> _Rows:
+    from habitrun.spec.yamlpos import load_with_positions
+
+    data, positions = load_with_positions(text, source)
+    if data is None:
+        data = []
+    lines = [positions.locate((i,))[0] for i in range(len(data))] if isinstance(data, list) else None
+    return _read_records(data, source, lines)
+
+
+def read_manifest(path: Path, source: str) -> _Rows:
+    """Rows of a manifest file by its suffix; a RecipeError for anything unreadable."""
+    suffix = path.suffix.lower()
+    if suffix not in FORMATS:
+        raise RecipeError([f"{source}: unknown manifest format {suffix or '(no suffix)'!r}; use one of {', '.join(FORMATS)}"])
+    try:
+        text = path.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise RecipeError([f"{source}: the manifest is not UTF-8 text"]) from None
+    if suffix in (".csv", ".tsv"):
+        return _read_delimited(text, source, "," if suffix == ".csv" else "\t")
+    if suffix == ".json":
+        return _read_json(text, source)
+    if suffix in (".jsonl", ".ndjson"):
+        return _read_jsonl(text, source)
+    return _read_yaml(text, source)
+
+
+def _id_text(value: Any) -> str | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str) and value.strip():
+        return value.strip()
+    return None
+
+
+def load_subjects(loaded: LoadedRecipe) -> list[SubjectRow]:
+    """The recipe's subjects in manifest order, include/exclude applied.
+
+    Raises RecipeError for a missing or unreadable manifest, a missing id
+    column, an empty or duplicate id, an empty manifest, an include/exclude
+    id that is not in the manifest, or filters that leave no subject.
+    """
+    spec = loaded.recipe.subjects
+    path = Path(spec.manifest).expanduser()
+    path = path if path.is_absolute() else loaded.root / path
+    where = loaded.locate(("subjects", "manifest"))
+    if not path.is_file():
+        what = "is a folder, not a manifest file" if path.is_dir() else "does not exist"
+        raise RecipeError([f"{where}: manifest {str(path)!r} {what}"])
+    try:
+        table = read_manifest(path, spec.manifest)
+    except OSError as exc:
+        raise RecipeError([f"{where}: cannot read {str(path)!r}: {exc.strerror or exc}"]) from None
+    source, id_col = table.source, spec.id
+    if not table.rows:
+        raise RecipeError([f"{source}: the manifest has no subjects (rows)"])
+    if table.columns is not None and id_col not in table.columns:
+        close = difflib.get_close_matches(id_col, table.columns, n=1)
+        hint = f" (did you mean {close[0]!r}? set subjects.id)" if close else " (set subjects.id)"
+        raise RecipeError([f"{source}:1:1: no id column {id_col!r}; columns are {', '.join(table.columns)}{hint}"])
+    problems: list[str] = []
+    seen: dict[str, int] = {}
+    rows: list[SubjectRow] = []
+    for line, fields in table.rows:
+        subject_id = _id_text(fields.get(id_col))
+        if subject_id is None:
+            got = "missing" if id_col not in fields else f"{fields[id_col]!r}"
+            problems.append(f"{source}:{line}:1: {id_col}: a subject needs a non-empty text or integer id, got {got}")
+        elif subject_id in seen:
+            problems.append(f"{source}:{line}:1: {id_col}: duplicate subject id {subject_id!r} (first on line {seen[subject_id]})")
+        else:
+            seen[subject_id] = line
+            rows.append(SubjectRow(subject_id, fields, safe_name(subject_id)))
+        if len(problems) >= 20:
+            break
+    problems += _filter_problems(loaded, seen)
+    if problems:
+        raise RecipeError(problems)
+    if spec.include is not None:
+        wanted = set(spec.include)
+        rows = [r for r in rows if r.id in wanted]
+    if spec.exclude:
+        dropped = set(spec.exclude)
+        rows = [r for r in rows if r.id not in dropped]
+    if not rows:
+        raise RecipeError([f"{loaded.locate(('subjects',))}: include/exclude leave no subjects to run"])
+    return rows
+
+
+def _filter_problems(loaded: LoadedRecipe, known: dict[str, int]) -> list[str]:
+    """Ids in include/exclude that the manifest lacks: most likely a typo, so an error."""
+    spec = loaded.recipe.subjects
+    problems = []
+    for name, ids in (("include", spec.include or ()), ("exclude", spec.exclude)):
+        for i, subject_id in enumerate(ids):
+            if subject_id not in known:
+                close = difflib.get_close_matches(subject_id, list(known), n=1) if len(known) <= 5000 else []
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                problems.append(f"{loaded.locate(('subjects', name, i))}: subject {subject_id!r} is not in the manifest{hint}")
+    return problems
