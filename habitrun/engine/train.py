@@ -1,0 +1,159 @@
+"""A ``kind: train`` stage: the recipe's launch options -> one launcher run -> a TrainOutcome.
+
+The stage's result, stored like any other stage's, is:
+
+- for an ``entrypoint`` (``module:function``, called with no arguments in every
+  rank, reading RANK, HABITRUN_INPUTS, ... from the environment): rank 0's
+  return value, which must be picklable (keep it JSON-able: numbers, strings,
+  paths, small dicts);
+- for a ``command``: the JSON in ``$HABITRUN_WORKDIR/result.json`` if the
+  program wrote one (rank 0 should), else ``{"workdir": "<HABITRUN_WORKDIR>"}``.
+
+Every rank runs with the recipe's folder as its working directory and on its
+PYTHONPATH, so ``python train.py`` and ``study_ops.train:main`` both resolve.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from habitrun.engine.control import StopFlag
+from habitrun.launcher import launch
+from habitrun.spec.operators import resolve_operator
+from habitrun.spec.policy import RunPolicy
+from habitrun.spec.recipe import LaunchSpec, StageSpec
+
+RESULT_FILE = "result.json"
+INPUTS_FILE = "inputs.json"
+
+
+@dataclass
+class TrainOutcome:
+    """How a train stage ended; ``error`` is ``"interrupted"`` after a stop, starts with ``timeout`` on one."""
+
+    ok: bool
+    result: Any
+    error: str | None
+    traceback: str | None
+    attempts: int
+    log_dir: str
+    duration_sec: float
+
+
+def run_entrypoint(path: str, search_path: tuple[str, ...], stage: str) -> Any:
+    """Rank-side: import ``module:function`` from the recipe's folder and call it with no arguments."""
+    fn = resolve_operator(path, search_path, stage=stage)
+    return fn()
+
+
+def substitute(argv: Sequence[str], values: dict[str, str]) -> list[str]:
+    """Replace ``${workdir}``, ``${inputs}``, ``${stage_dir}``, ``${run_id}`` in every argument."""
+    out = []
+    for arg in argv:
+        for name, value in values.items():
+            arg = arg.replace("${" + name + "}", value)
+        out.append(arg)
+    return out
+
+
+def _write_inputs(stage_dir: Path, inputs: dict[str, Any]) -> Path:
+    path = stage_dir / INPUTS_FILE
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(inputs, indent=2, default=str), encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def _command_result(workdir: Path) -> Any:
+    path = workdir / RESULT_FILE
+    if path.is_file():
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise ValueError(f"{path} is not valid JSON: {exc}") from None
+    return {"workdir": str(workdir)}
+
+
+def run_train_stage(
+    stage: StageSpec,
+    policy: RunPolicy,
+    *,
+    stage_dir: Path,
+    workdir: Path,
+    inputs: dict[str, Any],
+    search_path: tuple[str, ...],
+    run_id: str,
+    stop: StopFlag,
+    console: Callable[[str], None] | None = None,
+) -> TrainOutcome:
+    """Run the stage's rank group to its end (see the module docstring for the result)."""
+    started = time.monotonic()
+    spec = stage.launch or LaunchSpec()
+    stage_dir = Path(stage_dir).absolute()
+    workdir = Path(workdir).absolute()
+    stage_dir.mkdir(parents=True, exist_ok=True)
+    workdir.mkdir(parents=True, exist_ok=True)
+
+    def outcome(ok: bool, result: Any, error: str | None, tb: str | None, attempts: int) -> TrainOutcome:
+        return TrainOutcome(ok, result, error, tb, attempts, str(stage_dir), time.monotonic() - started)
+
+    if stop.is_set():
+        return outcome(False, None, "interrupted", None, 0)
+    inputs_path = _write_inputs(stage_dir, inputs)
+    root = str(Path(search_path[0]).absolute()) if search_path else os.getcwd()
+    pythonpath = os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])
+    entry: Any
+    if stage.command is not None:
+        (workdir / RESULT_FILE).unlink(missing_ok=True)
+        entry = substitute(
+            stage.command,
+            {"workdir": str(workdir), "inputs": str(inputs_path), "stage_dir": str(stage_dir), "run_id": run_id},
+        )
+        args: tuple[Any, ...] = ()
+    else:
+        assert stage.entrypoint is not None
+        entry = run_entrypoint
+        args = (stage.entrypoint, tuple(str(p) for p in search_path), stage.name)
+    launched = launch(
+        entry,
+        nprocs=spec.nproc_per_node,
+        log_dir=str(stage_dir),
+        name=stage.name,
+        args=args,
+        run_id=run_id,
+        max_restarts=spec.max_restarts,
+        redirects=_std(spec.redirects),
+        tee=_std(spec.tee),
+        local_ranks_filter=spec.local_ranks_filter,
+        start_method=spec.start_method,
+        cwd=root,
+        env={"PYTHONPATH": pythonpath},
+        inputs=str(inputs_path),
+        workdir=str(workdir),
+        grace=policy.graceful_shutdown_sec,
+        timeout=spec.timeout_sec,
+        period=spec.monitor_interval_sec,
+        console=console,
+        wake=[stop.fileno()],
+    )
+    attempts = len(launched.attempts)
+    if not launched.ok:
+        return outcome(False, None, launched.error, launched.traceback, attempts)
+    if stage.command is not None:
+        try:
+            result = _command_result(workdir)
+        except ValueError as exc:
+            return outcome(False, None, str(exc), None, attempts)
+    else:
+        result = launched.return_values.get(0)
+    return outcome(True, result, None, None, attempts)
+
+
+def _std(value: str | dict[int, str]) -> Any:
+    return dict(value) if isinstance(value, dict) else value
