@@ -1,1 +1,24 @@
-"""`habitrun schema` (being written)."""
+"""`habitrun schema [--out DIR]`: write the recipe and RunPolicy JSON Schemas.
+
+The files are checked in under ``schemas/``; a recipe's first line
+``# yaml-language-server: $schema=schemas/recipe.schema.json`` then gives
+completion and checking in editors.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from habitrun.cli.app import app
+from habitrun.spec.schemas import write_schemas
+
+
+@app.command()
+def schema(
+    out: Path = typer.Option(Path("schemas"), "--out", "-o", help="Folder to write the schema files into."),
+) -> None:
+    """Write schemas/recipe.schema.json and schemas/run-policy.schema.json."""
+    for path in write_schemas(out):
+        typer.echo(f"wrote {path}")

@@ -36,7 +36,12 @@ class TLSSettings(BaseModel):
 
 
 class JobqueueSettings(BaseModel):
-    """A batch-system cluster started through dask-jobqueue."""
+    """A batch-system cluster started through dask-jobqueue.
+
+    habitrun runs one subject at a time per Dask worker process, so a job of
+    ``cores`` cores runs ``cores`` single-threaded workers (``processes``
+    defaults to ``cores``); BLAS threads per worker come from ``worker_threads``.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -46,11 +51,24 @@ class JobqueueSettings(BaseModel):
     walltime: str | None = Field(default=None, description="Wall time per job, e.g. '02:00:00'.")
     queue: str | None = Field(default=None, description="Partition or queue.")
     account: str | None = Field(default=None, description="Account/project to charge.")
-    processes: int = Field(default=1, ge=1, description="Dask worker processes per job.")
+    processes: int | None = Field(default=None, ge=1, description="Dask worker processes per job (default and only allowed value: cores).")
     job_extra_directives: tuple[str, ...] = Field(default=(), description="Extra #SBATCH (or #PBS ...) lines.")
     job_script_prologue: tuple[str, ...] = Field(default=(), description="Shell lines run before the worker starts.")
     python: str | None = Field(default=None, description="Python executable on the compute nodes.")
     local_directory: str | None = Field(default=None, description="Worker scratch folder on the nodes.")
+    death_timeout_sec: float = Field(default=120.0, gt=0, description="A worker whose scheduler (the runner) is gone exits after this long, ending its job.")
+
+    @model_validator(mode="after")
+    def _one_subject_per_worker(self) -> JobqueueSettings:
+        if self.processes is not None and self.processes != self.cores:
+            raise ValueError(
+                f"processes={self.processes} with cores={self.cores}: habitrun runs one subject per "
+                "single-threaded Dask worker, so processes must equal cores (leave it out); "
+                "use worker_threads for BLAS threads"
+            )
+        if self.system == "htcondor" and (self.queue or self.account):
+            raise ValueError("htcondor takes no queue or account; put them in job_extra_directives")
+        return self
 
 
 class DaskSettings(BaseModel):
@@ -63,6 +81,7 @@ class DaskSettings(BaseModel):
     jobqueue: JobqueueSettings | None = None
     tls: TLSSettings | None = None
     dashboard: bool = Field(default=False, description="Serve the dashboard of a local cluster (loopback only).")
+    batch_target_sec: float = Field(default=0.05, gt=0, le=60, description="Aim for micro-batches of about this much work per Dask task (fast subjects travel together; slow ones alone).")
 
     @model_validator(mode="after")
     def _one_way_to_reach_a_cluster(self) -> DaskSettings:
@@ -71,6 +90,12 @@ class DaskSettings(BaseModel):
             raise ValueError(
                 f"give at most one of address, scheduler_file, jobqueue (got {', '.join(given)})"
             )
+        if self.address is not None and "://" in self.address:
+            scheme = self.address.split("://", 1)[0]
+            if scheme not in ("tcp", "tls", "inproc", "ucx", "ws", "wss"):
+                raise ValueError(f"address {self.address!r}: unknown protocol {scheme!r} (use tcp:// or tls://)")
+        if self.tls is not None and self.address is not None and self.address.startswith("tcp://"):
+            raise ValueError("tls settings with a tcp:// address: use tls://host:port")
         return self
 
 
@@ -85,7 +110,8 @@ class RunPolicy(BaseModel):
       need a process boundary that the serial backend does not have.
     * ``persistent_worker_recycle_after_tasks > 0`` with ``isolated`` mode:
       an isolated worker serves one subject, there is nothing to recycle.
-    * ``dask`` settings with a backend other than ``dask``.
+    * ``dask`` settings with a backend other than ``dask``; ``dask`` with
+      ``cap_workers_to_gpu_pool`` (Dask workers get their GPUs when started).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")

@@ -1,0 +1,1 @@
+"""This study's operators: habitrun imports them from the recipe's folder."""
