@@ -57,4 +57,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    main()
+    # `python -m habitrun.cli.app` runs this file as __main__, a second copy of
+    # the module; the commands register on the imported one, so run that.
+    from habitrun.cli.app import main as _main
+
+    _main()
