@@ -1,0 +1,519 @@
+"""ProcessBackend: subjects run in worker processes, persistent or one per subject.
+
+One event loop per ``run_tasks`` call waits (``multiprocessing.connection.wait``)
+on every worker's pipe and process sentinel and on the stop flag, with the
+nearest deadline (subject timeout, start timeout, kill escalation, shutdown
+grace) as its timeout: it wakes on a result, a death or a deadline, never on
+a polling tick. Each worker keeps one subject queued ahead of the one it
+runs; replies come back in order, so a death is always charged to the
+subject that was running and the queued one is simply sent again.
+
+Workers live as long as the backend, so consecutive stages reuse them; a
+worker is rebound (BIND) when the stage's operator differs from the one it
+holds, and the BIND precedes the stage's runs on the same pipe, so it can
+never run the previous stage's operator.
+
+Shutdown on a stop request: stop dispatching at once; when not ``hard``,
+running subjects get ``graceful_shutdown_sec`` to finish (and are reported),
+then the rest get SIGTERM and, one second later, SIGKILL (the grace was
+already given). A ``hard`` stop SIGKILLs the running subjects at once.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from multiprocessing.connection import wait
+from typing import Any
+
+from habitrun.engine.backend import (
+    Backend,
+    FailureKind,
+    OperatorRef,
+    ReportFn,
+    SubjectOutcome,
+    SubjectTask,
+)
+from habitrun.engine.control import StopFlag
+from habitrun.engine.invoke import one_line
+from habitrun.engine.process import protocol as P
+from habitrun.engine.process.death import classify_exit
+from habitrun.engine.process.gpu import detect_gpus, device_for_slot
+from habitrun.engine.process.launch import Launcher
+from habitrun.engine.process.memory import MemoryWatchdog, kernel_oom_note
+from habitrun.engine.process.slots import Worker, signal_group
+from habitrun.engine.process.worker import WorkerConfig
+from habitrun.spec.operators import split_import_path
+from habitrun.spec.policy import RunPolicy
+
+KILL_AFTER_STOP_SEC = 1.0  # SIGTERM -> SIGKILL once a stop's grace period is over
+
+
+def _ignore_sigpipe() -> None:
+    """A vanished worker must surface as BrokenPipeError, never kill the runner."""
+    if threading.current_thread() is threading.main_thread() and \
+            signal.getsignal(signal.SIGPIPE) == signal.SIG_DFL:
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+
+
+class ProcessBackend(Backend):
+    """Runs tasks in worker processes on this machine, honouring every RunPolicy field it owns."""
+
+    name = "process"
+
+    def __init__(self, policy: RunPolicy) -> None:
+        self.policy = policy
+        self._isolated = policy.parallel_mode == "isolated"
+        self._depth = 1 if self._isolated else 2
+        self._devices = detect_gpus() if policy.cap_workers_to_gpu_pool else []
+        self._requested = policy.workers
+        self._effective = min(policy.workers, len(self._devices)) if self._devices else policy.workers
+        self._launcher = Launcher(policy.start_method, policy.worker_threads)
+        self._watchdog = MemoryWatchdog(policy.worker_memory_limit_mb, self._watchdog_kill)
+        self._workers: list[Worker] = []
+        self._oom_events = 0
+        self._closed = False
+        _ignore_sigpipe()
+        self.started_pids: list[int] = []  # every worker pid ever started (tests, provenance)
+
+    @classmethod
+    def from_policy(cls, policy: RunPolicy) -> ProcessBackend:
+        return cls(policy)
+
+    @property
+    def effective_workers(self) -> int:
+        return self._effective
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "backend": self.name,
+            "workers": self._effective,
+            "requested_workers": self._requested,
+            "parallel_mode": self.policy.parallel_mode,
+            "start_method": self.policy.start_method,
+            "worker_threads": self.policy.worker_threads,
+            "gpus": list(self._devices),
+            "worker_memory_limit_mb": self.policy.worker_memory_limit_mb,
+            "oom_events": self._oom_events,
+            "workers_started": len(self.started_pids),
+        }
+
+    # ------------------------------------------------------------------ run
+    def run_tasks(self, op: OperatorRef, tasks: Sequence[SubjectTask], report: ReportFn, stop: StopFlag) -> None:
+        if self._closed:
+            raise RuntimeError("ProcessBackend is closed")
+        if not tasks:
+            return
+        _StageRun(self, op, tasks, report, stop).run()
+
+    # ------------------------------------------------------------ workers
+    def _live(self) -> list[Worker]:
+        return [w for w in self._workers if not w.dead]
+
+    def _active(self) -> list[Worker]:
+        return [w for w in self._workers if not w.dead and not w.leaving]
+
+    def _spawn(self, op: OperatorRef, module: str, now: float) -> Worker:
+        used = {w.slot for w in self._active()}
+        slot = next(i for i in range(len(used) + 1) if i not in used)
+        config = WorkerConfig(
+            slot=slot,
+            threads=self.policy.worker_threads,
+            cuda_device=device_for_slot(self._devices, slot),
+            max_tasks=1 if self._isolated else 0,
+        )
+        close_fds = [w.conn.fileno() for w in self._workers if w.conn_open]
+        proc, conn = self._launcher.start(config, module, op.search_path, close_fds)
+        worker = Worker(slot, proc, conn, self._watchdog.watch(proc.pid), now)
+        self._workers.append(worker)
+        self.started_pids.append(worker.pid)
+        return worker
+
+    def _watchdog_kill(self, pid: int) -> None:
+        signal_group(pid, signal.SIGKILL)
+
+    def _note_oom(self) -> None:
+        self._oom_events += 1
+        if self.policy.oom_backoff:
+            self._effective = max(1, self._effective - self.policy.oom_reduce_workers_by)
+
+    def _bury(self, worker: Worker) -> None:
+        """The worker is gone: kill what it left in its group, release everything of it."""
+        worker.dead = True
+        signal_group(worker.pid, signal.SIGKILL, may_be_leader_only=False)
+        self._watchdog.forget(worker.pid)
+        try:
+            worker.conn.close()
+        except OSError:
+            pass
+        worker.conn_open = False
+        worker.proc.join(timeout=1.0)
+        self._workers.remove(worker)
+
+    def _reap_finished(self) -> None:
+        """Forget workers that ended between calls (nothing was owed by them)."""
+        for w in list(self._workers):
+            if w.proc.exitcode is not None and not w.outstanding:
+                self._bury(w)
+
+    # ------------------------------------------------------------- close
+    def close(self, graceful: bool = True) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        now = time.monotonic()
+        for w in self._live():
+            if graceful and not w.outstanding and w.can_send:
+                w.leaving = True
+                try:
+                    w.conn.send_bytes(P.dumps((P.EXIT,)))
+                except OSError:
+                    w.kill()
+            elif graceful:
+                w.terminate(now, self.policy.graceful_shutdown_sec)
+            else:
+                w.kill()
+        deadline = now + (self.policy.graceful_shutdown_sec if graceful else 0.0) + 0.5
+        killed_all = False
+        while True:
+            pending = [w for w in self._live() if w.proc.exitcode is None]
+            if not pending:
+                break
+            left = deadline - time.monotonic()
+            if left <= 0:
+                if killed_all:
+                    break
+                for w in pending:
+                    w.kill()
+                killed_all = True
+                deadline = time.monotonic() + 5.0
+                continue
+            wait([w.proc.sentinel for w in pending], timeout=left)
+        for w in self._live():
+            self._bury(w)
+        self._watchdog.close()
+        self._launcher.close()
+
+
+class _StageRun:
+    """The event loop of one ``run_tasks`` call."""
+
+    def __init__(self, backend: ProcessBackend, op: OperatorRef, tasks: Sequence[SubjectTask],
+                 report: ReportFn, stop: StopFlag) -> None:
+        self.b = backend
+        self.policy = backend.policy
+        self.op = op
+        self.module = split_import_path(op.path)[0]
+        self.queue: deque[SubjectTask] = deque(tasks)
+        self.owed = len(tasks)
+        self.report = report
+        self.stop = stop
+        self.batch: list[SubjectOutcome] = []
+        self.stopping = False
+        self.hard_done = False
+        self.grace_until: float | None = None
+        self.start_fail_streak = 0
+        recycle = self.policy.persistent_worker_recycle_after_tasks
+        self.recycle = 0 if backend._isolated else recycle
+
+    # -------------------------------------------------------------- outcomes
+    def finish(self, worker: Worker | None, task: SubjectTask, ok: bool, *, result: Any = None,
+               error: str | None = None, kind: str | None = None, traceback: str | None = None,
+               duration: float = 0.0) -> None:
+        self.batch.append(SubjectOutcome(task, ok, result=result, error=error, kind=None if ok else kind,
+                                         traceback=traceback, duration_sec=duration,
+                                         worker_pid=worker.pid if worker else None))
+        self.owed -= 1
+        if not ok and kind == FailureKind.OOM:
+            self.b._note_oom()
+
+    def fail_queue(self, error: str, kind: str) -> None:
+        while self.queue:
+            self.finish(None, self.queue.popleft(), False, error=error, kind=kind)
+
+    def give_back(self, worker: Worker) -> None:
+        """Runs sent to a worker that will not run them: send them again, or drop them when stopping."""
+        rest = list(worker.outstanding)
+        worker.outstanding.clear()
+        if self.stopping:
+            self.owed -= len(rest)
+        else:
+            self.queue.extendleft(reversed(rest))
+
+    # -------------------------------------------------------------- loop
+    def run(self) -> None:
+        self.b._reap_finished()
+        while True:
+            now = time.monotonic()
+            self.check_stop(now)
+            if not self.stopping:
+                self.shrink_to_effective()
+                self.spawn_as_needed(now)
+                self.fill(now)
+            if self.batch:
+                batch, self.batch = self.batch, []
+                self.report(batch)
+                continue
+            if self.done():
+                return
+            self.wait_and_handle()
+
+    def done(self) -> bool:
+        live = self.b._live()
+        if any(w.stop_sent and w.proc.exitcode is None for w in live):
+            return False
+        if self.stopping:
+            return not any(w.outstanding for w in live)
+        return self.owed <= 0
+
+    def check_stop(self, now: float) -> None:
+        if not self.stop.is_set():
+            return
+        if not self.stopping:
+            self.stopping = True
+            self.owed -= len(self.queue)
+            self.queue.clear()
+            if not self.stop.hard:
+                self.grace_until = now + self.policy.graceful_shutdown_sec
+                for w in self.b._live():
+                    if (w.outstanding or w.binding) and w.can_send and not w.leaving:
+                        self.send(w, (P.RETIRE,))
+                        w.leaving = True
+        if self.stop.hard and not self.hard_done:
+            self.hard_done = True
+            for w in self.b._live():
+                if w.outstanding or w.binding:
+                    self.give_back(w)
+                    w.kill()
+
+    def shrink_to_effective(self) -> None:
+        active = self.b._active()
+        excess = len(active) - self.b._effective
+        if excess <= 0:
+            return
+        for w in sorted(active, key=lambda w: len(w.outstanding))[:excess]:
+            w.leaving = True
+            self.send(w, (P.RETIRE,))
+
+    def can_take(self, w: Worker) -> bool:
+        if w.leaving or not w.can_send or len(w.outstanding) >= self.b._depth:
+            return False
+        if self.b._isolated:
+            return w.sent == 0
+        if self.recycle and w.successes + len(w.outstanding) >= self.recycle:
+            return False
+        return True
+
+    def spawn_as_needed(self, now: float) -> None:
+        active = self.b._active()
+        spare = sum(self.b._depth - len(w.outstanding) for w in active if self.can_take(w))
+        while self.queue and len(active) < self.b._effective and len(self.queue) > spare:
+            try:
+                w = self.b._spawn(self.op, self.module, now)
+            except Exception as exc:  # noqa: BLE001 - a start failure fails one subject, not the run
+                self.finish(None, self.queue.popleft(), False, kind=FailureKind.WORKER_DIED,
+                            error=f"cannot start a worker process: {one_line(exc)}")
+                continue
+            self.bind(w, now)
+            active.append(w)
+            spare += self.b._depth
+
+    def bind(self, w: Worker, now: float) -> None:
+        w.op = self.op
+        w.binding = True
+        timeout = self.policy.subject_spawn_timeout_sec
+        w.bind_deadline = now + timeout if timeout is not None else None
+        self.send(w, (P.BIND, self.op))
+
+    def fill(self, now: float) -> None:
+        for w in self.b._active():
+            if w.op != self.op:
+                if w.outstanding or not w.can_send:
+                    continue
+                self.bind(w, now)
+            while self.queue and self.can_take(w):
+                task = self.queue.popleft()
+                try:
+                    data = P.dumps((P.RUN, task))
+                except BaseException as exc:  # noqa: BLE001 - an unpicklable task fails alone
+                    self.finish(None, task, False, kind=FailureKind.UNPICKLABLE,
+                                error=f"task is not picklable: {one_line(exc)}")
+                    continue
+                if not w.outstanding:
+                    w.head_since = now
+                w.outstanding.append(task)
+                w.sent += 1
+                if not self.send_bytes(w, data):
+                    break
+
+    def send(self, w: Worker, message: tuple[Any, ...]) -> bool:
+        return self.send_bytes(w, P.dumps(message))
+
+    def send_bytes(self, w: Worker, data: bytes) -> bool:
+        if not w.can_send:
+            return False
+        try:
+            w.conn.send_bytes(data)
+            return True
+        except OSError:  # BrokenPipe/ConnectionReset: the worker is dying; its sentinel will say how
+            w.can_send = False
+            return False
+
+    # -------------------------------------------------------------- waiting
+    def next_deadline(self) -> float | None:
+        timeout = self.policy.subject_timeout_sec
+        times: list[float] = []
+        if self.grace_until is not None:
+            times.append(self.grace_until)
+        for w in self.b._live():
+            if w.kill_at is not None:
+                times.append(w.kill_at)
+            if w.stop_sent:
+                continue
+            if w.binding:
+                if w.bind_deadline is not None:
+                    times.append(w.bind_deadline)
+            elif w.outstanding and timeout is not None:
+                times.append(w.head_since + timeout)
+        return min(times) if times else None
+
+    def wait_and_handle(self) -> None:
+        by_conn: dict[Any, Worker] = {}
+        by_sentinel: dict[Any, Worker] = {}
+        for w in self.b._live():
+            if w.conn_open:
+                by_conn[w.conn] = w
+            by_sentinel[w.proc.sentinel] = w
+        stop_fd = self.stop.fileno()
+        deadline = self.next_deadline()
+        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+        ready = wait([*by_conn, *by_sentinel, stop_fd], timeout)
+        now = time.monotonic()
+        for obj in ready:
+            if obj in by_conn:
+                self.drain(by_conn[obj], now)
+        for obj in ready:
+            if obj == stop_fd:
+                try:
+                    os.read(stop_fd, 4096)
+                except OSError:
+                    pass
+            elif obj in by_sentinel:
+                w = by_sentinel[obj]
+                if not w.dead and w.proc.exitcode is not None:
+                    self.on_death(w, now)
+        self.on_deadlines(now)
+
+    def drain(self, w: Worker, now: float) -> None:
+        try:
+            while True:
+                self.on_message(w, P.loads(w.conn.recv_bytes()), now)
+                if not w.conn.poll():
+                    return
+        except (EOFError, OSError):
+            w.conn_open = False
+        except pickle.UnpicklingError as exc:
+            if w.outstanding:
+                task = w.outstanding.popleft()
+                self.finish(w, task, False, kind=FailureKind.UNPICKLABLE,
+                            error=f"result could not be unpickled in the runner: {one_line(exc)}")
+
+    def on_message(self, w: Worker, msg: tuple[Any, ...], now: float) -> None:
+        tag = msg[0]
+        if tag == P.BOUND:
+            w.binding, w.bind_deadline = False, None
+            w.head_since = now
+            self.start_fail_streak = 0
+            if w.op is not None:
+                self.b._launcher.prove(split_import_path(w.op.path)[0], w.op.search_path)
+        elif tag == P.BIND_ERROR:
+            w.binding, w.bind_deadline = False, None
+            w.head_since = now
+            if not self.stopping:
+                self.fail_queue(f"cannot bind operator: {msg[1]}", FailureKind.EXCEPTION)
+        elif tag == P.SKIPPED:
+            if w.outstanding:
+                task = w.outstanding.popleft()
+                if self.stopping:
+                    self.owed -= 1
+                else:
+                    self.queue.appendleft(task)
+        elif tag == P.DONE and w.outstanding:
+            _, _key, ok, result, error, kind, tb, duration = msg
+            task = w.outstanding.popleft()
+            self.finish(w, task, ok, result=result, error=error, kind=kind, traceback=tb, duration=duration)
+            w.head_since = now
+            if ok:
+                w.successes += 1
+                w.consecutive_failures = 0
+            else:
+                w.consecutive_failures += 1
+            if self.b._isolated:
+                w.leaving = True
+            elif w.leaving:
+                pass
+            elif (not ok and w.consecutive_failures >= self.policy.persistent_worker_max_consecutive_failures) \
+                    or (self.recycle and w.successes >= self.recycle):
+                w.leaving = True
+                self.send(w, (P.RETIRE,))
+
+    def on_death(self, w: Worker, now: float) -> None:
+        if w.conn_open:
+            self.drain(w, now)
+        exitcode = w.proc.exitcode
+        if w.outstanding:
+            task = w.outstanding.popleft()
+            kernel_note = None
+            if exitcode == -signal.SIGKILL and not w.stop_sent:
+                kernel_note = kernel_oom_note(w.watched, self.policy.worker_memory_limit_mb)
+            death = classify_exit(exitcode, oom_note=w.watched.oom_note, kernel_oom_note=kernel_note)
+            if w.binding:
+                death_msg = f"{death.message} while starting (importing or building the operator)"
+            else:
+                death_msg = death.message
+            self.finish(w, task, False, kind=death.kind, error=death_msg, duration=now - w.head_since)
+            self.give_back(w)
+        self.b._bury(w)
+
+    def on_deadlines(self, now: float) -> None:
+        timeout = self.policy.subject_timeout_sec
+        spawn_timeout = self.policy.subject_spawn_timeout_sec
+        for w in self.b._live():
+            if w.kill_at is not None and now >= w.kill_at:
+                w.kill()
+                continue
+            if w.stop_sent:
+                continue
+            if w.binding and w.bind_deadline is not None and now >= w.bind_deadline:
+                self.start_timed_out(w, now, spawn_timeout or 0.0)
+            elif not w.binding and w.outstanding and timeout is not None and now >= w.head_since + timeout:
+                task = w.outstanding.popleft()
+                self.finish(w, task, False, kind=FailureKind.TIMEOUT, duration=now - w.head_since,
+                            error=f"subject exceeded its subject_timeout_sec of {timeout:g} s")
+                self.give_back(w)
+                w.terminate(now, self.policy.graceful_shutdown_sec)
+        if self.grace_until is not None and now >= self.grace_until:
+            self.grace_until = None
+            for w in self.b._live():
+                if (w.outstanding or w.binding) and not w.stop_sent:
+                    self.give_back(w)
+                    w.terminate(now, KILL_AFTER_STOP_SEC)
+
+    def start_timed_out(self, w: Worker, now: float, budget: float) -> None:
+        error = (f"worker did not start and bind operator {self.op.path!r} within "
+                 f"subject_spawn_timeout_sec of {budget:g} s")
+        if w.outstanding:
+            self.finish(w, w.outstanding.popleft(), False, kind=FailureKind.SPAWN_TIMEOUT,
+                        error=error, duration=now - w.head_since)
+        self.give_back(w)
+        w.terminate(now, self.policy.graceful_shutdown_sec)
+        self.start_fail_streak += 1
+        # Every slot failed to start in a row: the operator's import hangs; do not pay
+        # one start timeout per remaining subject.
+        if self.start_fail_streak >= max(2, self.b._effective) and not self.stopping:
+            self.fail_queue(error + f" ({self.start_fail_streak} workers in a row)", FailureKind.SPAWN_TIMEOUT)

@@ -1,0 +1,156 @@
+"""Per-worker memory watchdog and out-of-memory classification.
+
+A thread in the runner samples each worker's resident memory together with
+its children (a subject may start its own processes). Past
+``worker_memory_limit_mb`` the worker's process group is killed at once (an
+allocation spree gets no grace period) and the subject is recorded as out
+of memory.
+
+The kernel's OOM killer may act first; it sends SIGKILL. A worker that dies
+by a SIGKILL we did not send counts as out of memory when any of these held
+(documented rule, checked in this order):
+
+1. the cgroup's ``oom_kill`` counter rose while the worker lived;
+2. with a limit set, the last sample was at least 80 % of it;
+3. the last sample was at least half of the memory the machine could give
+   it then (its own RSS plus what was still available).
+
+The watchdog samples every 0.1 s with a limit and every 0.5 s without one
+(only for rule 3). It runs beside the dispatch loop, never inside it.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import psutil
+
+LIMIT_FRACTION = 0.8
+MACHINE_FRACTION = 0.5
+MB = 1024 * 1024
+
+
+class Watched:
+    """What the watchdog knows of one worker; the backend reads it after the worker dies."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.last_rss_mb = 0.0
+        self.last_available_mb = 0.0
+        self.oom_note: str | None = None
+        self.cgroup_ooms_at_start = cgroup_oom_kills()
+        try:
+            self._proc: psutil.Process | None = psutil.Process(pid)
+        except psutil.Error:
+            self._proc = None
+
+    def sample(self) -> float:
+        """Resident MB of the worker and all its descendants (0 when it is gone)."""
+        if self._proc is None:
+            return 0.0
+        try:
+            total = self._proc.memory_info().rss
+            for child in self._proc.children(recursive=True):
+                try:
+                    total += child.memory_info().rss
+                except psutil.Error:
+                    pass
+        except psutil.Error:
+            return 0.0
+        return total / MB
+
+
+def cgroup_oom_kills() -> int | None:
+    """The OOM-kill count of this process's cgroup (v2 or v1), or None when unreadable."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        if parts[0] == "0" and parts[1] == "":
+            events = Path("/sys/fs/cgroup") / parts[2].lstrip("/") / "memory.events"
+        elif "memory" in parts[1].split(","):
+            events = Path("/sys/fs/cgroup/memory") / parts[2].lstrip("/") / "memory.oom_control"
+        else:
+            continue
+        try:
+            for row in events.read_text().splitlines():
+                key, _, value = row.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+        except (OSError, ValueError):
+            return None
+    return None
+
+
+def kernel_oom_note(watched: Watched, limit_mb: int | None) -> str | None:
+    """A message when an unexplained SIGKILL looks like the kernel's OOM killer, else None."""
+    now = cgroup_oom_kills()
+    rss = watched.last_rss_mb
+    if now is not None and watched.cgroup_ooms_at_start is not None and now > watched.cgroup_ooms_at_start:
+        return f"out of memory: killed by the kernel's OOM killer (last seen using {rss:.0f} MB)"
+    if limit_mb is not None and rss >= LIMIT_FRACTION * limit_mb:
+        return (f"out of memory: worker was killed (SIGKILL) while using {rss:.0f} MB "
+                f"of its {limit_mb} MB limit")
+    machine = rss + watched.last_available_mb
+    if rss > 0 and machine > 0 and rss >= MACHINE_FRACTION * machine:
+        return (f"out of memory: worker was killed (SIGKILL) while using {rss:.0f} MB, "
+                f"with {watched.last_available_mb:.0f} MB left on the machine")
+    return None
+
+
+class MemoryWatchdog:
+    """Samples watched workers from a daemon thread; kills one that passes the limit."""
+
+    def __init__(self, limit_mb: int | None, kill_group) -> None:
+        self.limit_mb = limit_mb
+        self.interval = 0.1 if limit_mb is not None else 0.5
+        self._kill_group = kill_group
+        self._watched: dict[int, Watched] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, pid: int) -> Watched:
+        watched = Watched(pid)
+        with self._lock:
+            self._watched[pid] = watched
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="habitrun-memory", daemon=True)
+            self._thread.start()
+        return watched
+
+    def forget(self, pid: int) -> None:
+        with self._lock:
+            self._watched.pop(pid, None)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            with self._lock:
+                watched = list(self._watched.values())
+            if not watched:
+                continue
+            try:
+                available = psutil.virtual_memory().available / MB
+            except (psutil.Error, OSError):
+                available = 0.0
+            for w in watched:
+                if w.oom_note is not None:
+                    continue
+                rss = w.sample()
+                w.last_rss_mb, w.last_available_mb = rss, available
+                if self.limit_mb is not None and rss > self.limit_mb:
+                    # The note first: the dispatch loop reads it once the worker's death wakes it.
+                    w.oom_note = (f"out of memory: worker used {rss:.0f} MB, past its "
+                                  f"worker_memory_limit_mb of {self.limit_mb}")
+                    self._kill_group(w.pid)

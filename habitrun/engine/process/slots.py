@@ -1,0 +1,81 @@
+"""Runner-side bookkeeping for one worker process."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections import deque
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+
+from habitrun.engine.backend import OperatorRef, SubjectTask
+from habitrun.engine.process.memory import Watched
+
+
+def signal_group(pid: int, sig: int, *, may_be_leader_only: bool = True) -> None:
+    """Signal the worker's process group (it and everything its subject started).
+
+    A worker that has not yet made itself a group leader is signalled alone;
+    ``may_be_leader_only=False`` skips that fallback once the worker is known
+    dead, so a recycled pid is never hit.
+    """
+    try:
+        os.killpg(pid, sig)
+        return
+    except ProcessLookupError:
+        pass
+    except PermissionError:
+        return
+    if may_be_leader_only:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+class Worker:
+    """One worker: its process, pipe, what it owes us and why it may be ending.
+
+    ``outstanding`` holds the runs sent and not yet answered, oldest first;
+    the oldest is the one running (replies come back in order), the others
+    are queued ahead so the worker never waits for the runner.
+    """
+
+    def __init__(self, slot: int, proc: BaseProcess, conn: Connection, watched: Watched, now: float) -> None:
+        self.slot = slot
+        self.proc = proc
+        self.conn = conn
+        self.pid: int = proc.pid  # type: ignore[assignment]
+        self.watched = watched
+        self.op: OperatorRef | None = None
+        self.binding = False
+        self.bind_deadline: float | None = None
+        self.outstanding: deque[SubjectTask] = deque()
+        self.head_since = now
+        self.sent = 0
+        self.successes = 0
+        self.consecutive_failures = 0
+        self.leaving = False  # retired, told to exit, or done (isolated): its exit is expected
+        self.stop_sent = False  # we signalled it
+        self.kill_at: float | None = None
+        self.conn_open = True
+        self.can_send = True
+        self.dead = False
+
+    def terminate(self, now: float, kill_after: float) -> None:
+        """SIGTERM to the group now, SIGKILL at ``now + kill_after`` if still alive."""
+        self.stop_sent = True
+        self.leaving = True
+        self.can_send = False
+        if kill_after <= 0:
+            self.kill()
+            return
+        signal_group(self.pid, signal.SIGTERM)
+        self.kill_at = now + kill_after
+
+    def kill(self) -> None:
+        self.stop_sent = True
+        self.leaving = True
+        self.can_send = False
+        self.kill_at = None
+        signal_group(self.pid, signal.SIGKILL)

@@ -1,0 +1,190 @@
+"""The worker process: bind a stage's operator, run subjects, report each outcome.
+
+A reader thread owns the pipe from the runner. It keeps the pipe drained
+(so a large result being sent never deadlocks against a task being
+received), handles RETIRE at once, and notices the runner's death as
+end-of-file: the worker then kills its whole process group, so a SIGKILLed
+runner leaves nothing behind. PR_SET_PDEATHSIG (Linux) backs that up for a
+worker whose parent is the runner itself.
+
+The worker leads its own process group, so the runner can stop a subject
+together with every process the subject started (``os.killpg``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import queue
+import signal
+import sys
+import threading
+import traceback
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+from habitrun.engine.backend import FailureKind, SubjectOutcome
+from habitrun.engine.invoke import BoundOperator, bind_operator, execute, one_line
+from habitrun.engine.process import protocol as P
+from habitrun.engine.process.threads import apply_thread_caps
+from habitrun.errors import HabitrunError
+
+PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """How one worker sets itself up; small and picklable."""
+
+    slot: int
+    threads: int
+    cuda_device: str | None
+    parent_pid: int = 0  # filled in by the launcher; 0 or less: do not check
+    max_tasks: int = 0  # 0: serve until told to exit; 1: isolated mode
+    close_fds: tuple[int, ...] = ()  # runner-side fds a forked worker inherited
+
+
+def _kill_own_group(*_: Any) -> None:
+    os.killpg(os.getpgrp(), signal.SIGKILL)
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Ask Linux for SIGTERM when the parent goes; exit now if it already went."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if parent_pid > 0 and os.getppid() != parent_pid:
+        _kill_own_group()
+
+
+def _prepare(config: WorkerConfig) -> None:
+    try:
+        os.setpgid(0, 0)
+    except OSError:
+        pass
+    # SIGTERM (from us, or from PDEATHSIG) ends the worker with all it started.
+    signal.signal(signal.SIGTERM, _kill_own_group)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    _die_with_parent(config.parent_pid)
+    for fd in config.close_fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _close_forkserver_alive_fd()
+    apply_thread_caps(config.threads)
+    if config.cuda_device is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = config.cuda_device
+
+
+def _close_forkserver_alive_fd() -> None:
+    """A forkserver child holds the server's liveness pipe; let the server exit with the runner."""
+    fs = sys.modules.get("multiprocessing.forkserver")
+    server = getattr(fs, "_forkserver", None) if fs else None
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if isinstance(fd, int) and server is not None and getattr(server, "_forkserver_pid", None) is None:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+        server._forkserver_alive_fd = None
+
+
+class _Inbox:
+    """Messages from the runner, read ahead by a thread; RETIRE takes effect at once."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.messages: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+        self.retired = False
+        self.leaving = False
+        threading.Thread(target=self._read, name="habitrun-inbox", daemon=True).start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data = self.conn.recv_bytes()
+            except (EOFError, OSError):
+                if not self.leaving:
+                    _kill_own_group()  # the runner is gone: take everything we started with us
+                return
+            try:
+                message = P.loads(data)
+            except BaseException as exc:  # noqa: BLE001 - a task the worker cannot rebuild
+                self.messages.put((P.UNDECODABLE, one_line(exc)))
+                continue
+            tag = message[0]
+            if tag in (P.RETIRE, P.EXIT):
+                self.retired = self.retired or tag == P.RETIRE
+                self.leaving = True
+                self.messages.put((P.EXIT,))
+                return
+            self.messages.put(message)
+
+
+def _send(conn: Connection, message: tuple[Any, ...]) -> None:
+    conn.send_bytes(P.dumps(message))
+
+
+def _send_outcome(conn: Connection, outcome: SubjectOutcome) -> None:
+    message = (P.DONE, outcome.task.key, outcome.ok, outcome.result, outcome.error, outcome.kind,
+               outcome.traceback, outcome.duration_sec)
+    try:
+        data = P.dumps(message)
+    except BaseException as exc:  # noqa: BLE001 - whatever pickling raises is the subject's error
+        data = P.dumps((P.DONE, outcome.task.key, False, None,
+                        f"result is not picklable: {one_line(exc)}", FailureKind.UNPICKLABLE,
+                        traceback.format_exc(), outcome.duration_sec))
+    conn.send_bytes(data)
+
+
+def _failure(key: str | None, error: str, kind: str) -> tuple[Any, ...]:
+    return (P.DONE, key, False, None, error, kind, None, 0.0)
+
+
+def worker_main(conn: Connection, config: WorkerConfig) -> None:
+    """Entry point of every worker process (persistent or isolated)."""
+    _prepare(config)
+    inbox = _Inbox(conn)
+    bound: BoundOperator | None = None
+    bind_error = "no operator was bound"
+    served = 0
+    while True:
+        message = inbox.messages.get()
+        tag = message[0]
+        if tag == P.EXIT:
+            break
+        if tag == P.BIND:
+            try:
+                bound = bind_operator(message[1])
+            except BaseException as exc:  # noqa: BLE001 - a bad operator fails its subjects, not us
+                bound = None
+                bind_error = str(exc) if isinstance(exc, HabitrunError) else one_line(exc)
+                _send(conn, (P.BIND_ERROR, bind_error, traceback.format_exc()))
+            else:
+                _send(conn, (P.BOUND,))
+            continue
+        if tag == P.UNDECODABLE:
+            _send(conn, _failure(None, f"task could not be unpickled in the worker: {message[1]}",
+                                 FailureKind.UNPICKLABLE))
+            continue
+        task = message[1]
+        if inbox.retired:
+            _send(conn, (P.SKIPPED, task.key))
+            continue
+        if bound is None:
+            _send(conn, _failure(task.key, f"cannot bind operator: {bind_error}", FailureKind.EXCEPTION))
+            continue
+        _send_outcome(conn, execute(bound, task, capture="fd"))
+        served += 1
+        if config.max_tasks and served >= config.max_tasks:
+            break
+    inbox.leaving = True
+    # Skip interpreter teardown: it can hang on an operator's threads, and nothing is left to flush.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    conn.close()
+    os._exit(0)
