@@ -1,0 +1,11 @@
+"""The Dask backend: the same recipe on a Dask cluster (``policy.backend: dask``).
+
+``cluster`` reaches the cluster, ``worker`` is what runs inside a Dask
+worker, ``batching`` sizes micro-batches, ``dispatch`` turns one stage's
+tasks into outcomes, ``state`` holds what outlives a stage.
+"""
+
+from habitrun.engine.dask_backend.backend import DaskBackend
+from habitrun.engine.dask_backend.cluster import DaskClusterError
+
+__all__ = ["DaskBackend", "DaskClusterError"]

@@ -1,0 +1,319 @@
+"""One ``run_tasks`` call on Dask: submit micro-batches, turn what comes back into per-subject outcomes.
+
+Everything the loop waits for arrives on one queue: a batch future finished,
+a worker's marker (batch started / subject running / subject done), the stop
+flag, a nanny's out-of-memory kill. So the loop sleeps until something
+happens and never polls.
+
+A batch whose worker died is resolved from its markers: the subject that was
+announced running and not done is the one that died with the worker
+(``oom`` if the nanny killed it for memory, else ``worker_died``); subjects
+that never ran go back in the queue. When the markers cannot say (the death
+came during a fast, unannounced subject), the batch's subjects are resent one
+per task as *suspects*, announced at once, so a second death names its
+subject. A subject's failure is always an outcome, never a retry here.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import pickle
+import queue
+import select
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from habitrun.engine.backend import FailureKind, OperatorRef, ReportFn, SubjectOutcome, SubjectTask
+from habitrun.engine.control import StopFlag
+from habitrun.engine.dask_backend.cluster import ClusterHandle, DaskClusterError
+from habitrun.engine.dask_backend.state import SharedState
+from habitrun.engine.dask_backend.worker import BatchContext, WireOutcome, run_batch, stop_token
+from habitrun.spec.policy import RunPolicy
+
+OOM_TOPIC = "worker-restart-memory"  # logged by a nanny just before it kills its worker for memory
+
+
+@dataclass
+class _Batch:
+    id: int
+    indices: list[int]
+    suspect: bool
+    future: Any
+    worker: str | None = None  # from the "started" marker
+    running: int | None = None  # position announced running and not yet done
+    streamed: dict[int, WireOutcome] = field(default_factory=dict)  # outcomes that came with "done" markers
+
+
+class StageDispatch:
+    """Runs one set of tasks to completion (or until stopped) on the cluster."""
+
+    _ids = itertools.count()
+
+    def __init__(self, handle: ClusterHandle, shared: SharedState, policy: RunPolicy, op: OperatorRef,
+                 tasks: Sequence[SubjectTask], report: ReportFn, stop: StopFlag) -> None:
+        self.handle = handle
+        self.client = handle.client
+        self.shared = shared
+        self.policy = policy
+        self.op = op
+        self.tasks = list(tasks)
+        self.report = report
+        self.stop = stop
+        self.token = uuid.uuid4().hex
+        self.topic = f"habitrun-{self.token}"
+        self.q: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+        self.pending: deque[int] = deque(range(len(self.tasks)))
+        self.suspects: deque[int] = deque()
+        self.inflight: dict[int, _Batch] = {}
+        self.reported: set[int] = set()
+        self.deaths: dict[int, int] = {}
+        self.stopping_deadline: float | None = None
+        isolated = policy.parallel_mode == "isolated"
+        self.recycle_after = 1 if isolated else policy.persistent_worker_recycle_after_tasks
+        self.fixed_size = 1 if isolated else None
+        settings = handle.settings
+        self.sizer = shared.sizer_for(op, settings.batch_target_sec)
+
+    # ----------------------------------------------------------------- loop
+    def run(self) -> None:
+        if not self.tasks or self.stop.is_set():
+            return
+        self.client.subscribe_topic(self.topic, lambda event: self.q.put(("mark", event[1])))
+        self.shared.listeners.append(self.q)
+        wake_r, wake_w = os.pipe()
+        watcher = threading.Thread(target=self._watch_stop, args=(wake_r,), daemon=True,
+                                   name="habitrun-dask-stop")
+        watcher.start()
+        try:
+            self._loop()
+        finally:
+            os.write(wake_w, b"x")
+            watcher.join(timeout=5)
+            os.close(wake_r)
+            os.close(wake_w)
+            self.shared.listeners.remove(self.q)
+            try:
+                self.client.unsubscribe_topic(self.topic)
+            except Exception:  # noqa: BLE001 - a lost client has nothing to unsubscribe
+                pass
+            leftovers = [b.future for b in self.inflight.values()]
+            if leftovers:
+                try:
+                    self.client.cancel(leftovers)
+                except Exception:  # noqa: BLE001
+                    pass
+
+    def _watch_stop(self, wake_r: int) -> None:
+        ready, _, _ = select.select([self.stop.fileno(), wake_r], [], [])
+        if self.stop.fileno() in ready:
+            self.q.put(("stop",))
+
+    def _loop(self) -> None:
+        while True:
+            if self.stop.is_set() and self.stopping_deadline is None:
+                self._begin_stop()
+            if self.stopping_deadline is None:
+                self._refill()
+            if not self.inflight and (self.stopping_deadline is not None or not (self.pending or self.suspects)):
+                return
+            timeout = None
+            if self.stopping_deadline is not None:
+                if self.stop.hard:
+                    self.stopping_deadline = min(self.stopping_deadline, time.monotonic())
+                timeout = self.stopping_deadline - time.monotonic()
+                if timeout <= 0:
+                    self._abandon_running()
+                    return
+            try:
+                msg = self.q.get(timeout=timeout)
+            except queue.Empty:
+                continue
+            self._handle(msg)
+
+    def _handle(self, msg: tuple[Any, ...]) -> None:
+        what = msg[0]
+        if what == "done":
+            batch = self.inflight.pop(msg[1], None)
+            if batch is not None:
+                self._finished(batch)
+        elif what == "mark":
+            self._marker(msg[1])
+        # "stop" and "oom" only wake the loop; their state is read where it is needed
+
+    # ------------------------------------------------------------- submitting
+    def _slots(self) -> int:
+        return self.shared.slots(self.handle)
+
+    def _refill(self) -> None:
+        slots = self._slots()
+        limit = slots if self.shared.backed_off else 2 * slots
+        while len(self.inflight) < limit and (self.suspects or self.pending):
+            if self.suspects:
+                self._submit([self.suspects.popleft()], suspect=True)
+                continue
+            size = self.fixed_size or self.sizer.next_size(len(self.pending), slots)
+            self._submit([self.pending.popleft() for _ in range(min(size, len(self.pending)))], suspect=False)
+
+    def _submit(self, indices: list[int], *, suspect: bool) -> None:
+        batch_id = next(self._ids)
+        ctx = BatchContext(
+            token=self.token, topic=self.topic, batch_id=batch_id,
+            timeout_sec=self.policy.subject_timeout_sec, recycle_after=self.recycle_after,
+            max_consecutive_failures=self.policy.persistent_worker_max_consecutive_failures,
+            suspect=suspect,
+        )
+        tasks = [self.tasks[i] for i in indices]
+        future = self.client.submit(run_batch, self.op, tasks, ctx, pure=False,
+                                    key=f"habitrun-{self.op.stage}-{self.token[:8]}-{batch_id}")
+        batch = _Batch(batch_id, indices, suspect, future)
+        self.inflight[batch_id] = batch
+        future.add_done_callback(lambda _f, b=batch_id: self.q.put(("done", b)))
+
+    # -------------------------------------------------------------- receiving
+    def _marker(self, msg: dict[str, Any]) -> None:
+        batch = self.inflight.get(msg.get("b"))
+        if batch is None:
+            return
+        batch.worker = msg.get("w") or batch.worker
+        kind = msg.get("m")
+        if kind == "R":
+            batch.running = msg["i"]
+        elif kind == "D":
+            if batch.running == msg["i"]:
+                batch.running = None
+            wire = pickle.loads(msg["o"])
+            batch.streamed[msg["i"]] = wire
+            self._emit(batch, [wire])
+
+    def _finished(self, batch: _Batch) -> None:
+        fut = batch.future
+        try:
+            status = fut.status
+            if status == "finished":
+                self._batch_result(batch, fut.result())
+                return
+            if status == "error":
+                self._batch_error(batch, fut.exception())
+                return
+        except Exception as exc:  # noqa: BLE001 - fetching a result can fail if its worker just died
+            self._batch_error(batch, exc)
+            return
+        if self.stopping_deadline is not None:
+            return  # cancelled by our own stop
+        raise DaskClusterError(
+            f"lost the Dask scheduler at {self.handle.address} (batch {status}); finished subjects are "
+            "stored, run `habitrun resume` once the cluster is back"
+        )
+
+    def _batch_result(self, batch: _Batch, res: dict[str, Any]) -> None:
+        batch.worker = res["worker"]
+        self._emit(batch, res["done"])
+        self.sizer.observe([w[6] for w in res["done"] if w[6] > 0])
+        if self.stopping_deadline is None:
+            self.pending.extendleft(reversed([batch.indices[p] for p in res["not_run"]]))
+        if res["restart"]:
+            self.shared.restart(self.handle, res["worker"])
+
+    def _batch_error(self, batch: _Batch, exc: BaseException | None) -> None:
+        from distributed.scheduler import KilledWorker
+
+        if isinstance(exc, KilledWorker):
+            last = exc.last_worker
+            self._worker_died(batch, str(getattr(last, "address", last)))
+            return
+        # The batch itself could not run (e.g. habitrun not importable on the worker): every
+        # subject in it fails with that reason, so the run ends instead of looping.
+        text = f"{type(exc).__name__}: {exc}".splitlines()[0] if exc is not None else "unknown error"
+        self._deliver([(i, SubjectOutcome(self.tasks[i], False, kind=FailureKind.EXCEPTION,
+                                          error=f"the Dask worker could not run habitrun's batch: {text}"))
+                       for i in batch.indices])
+
+    def _worker_died(self, batch: _Batch, address: str) -> None:
+        unreported = [p for p, i in enumerate(batch.indices) if i not in self.reported]
+        if address in self.shared.restarting or self.stopping_deadline is not None:
+            victim = None  # we restarted it on purpose: what was queued there never ran
+        elif batch.running is not None:
+            victim = batch.running
+        elif len(batch.indices) == 1 and (batch.worker is not None or self.deaths.get(batch.indices[0], 0) >= 1):
+            victim = 0
+        else:
+            victim = -1  # unknown: resend the lot one by one, announced
+        if victim is not None and victim >= 0 and batch.indices[victim] not in self.reported:
+            index = batch.indices[victim]
+            task = self.tasks[index]
+            oom = self.shared.oom_kill(address, wait=1.0 if self.policy.worker_memory_limit_mb or
+                                       self.handle.kind != "local" else 0.2)
+            if oom is not None:
+                error = (f"out of memory: the Dask worker's resident memory reached {oom / 2**20:.0f} MB, "
+                         "past its limit (worker_memory_limit_mb), and its nanny killed it")
+                kind = FailureKind.OOM
+            else:
+                error = f"the Dask worker {address} running this subject died (killed or crashed)"
+                kind = FailureKind.WORKER_DIED
+            self._deliver([(index, SubjectOutcome(task, False, error=error, kind=kind))])
+        if self.stopping_deadline is not None:
+            return
+        rest = [batch.indices[p] for p in unreported if batch.indices[p] not in self.reported]
+        if victim == -1:
+            for i in rest:
+                self.deaths[i] = self.deaths.get(i, 0) + 1
+            self.suspects.extend(rest)
+        else:
+            self.pending.extendleft(reversed(rest))
+        self.shared.refresh_workers(self.handle)
+
+    def _emit(self, batch: _Batch, wires: list[WireOutcome]) -> None:
+        pairs = []
+        for wire in wires:
+            index = batch.indices[wire[0]]
+            if index not in self.reported:
+                pairs.append((index, self._outcome(self.tasks[index], wire)))
+        self._deliver(pairs)
+
+    def _outcome(self, task: SubjectTask, wire: WireOutcome) -> SubjectOutcome:
+        _, ok, payload, error, kind, tb, duration, pid = wire
+        result = None
+        if ok and payload is not None:
+            try:
+                result = pickle.loads(payload)
+            except Exception as exc:  # noqa: BLE001 - e.g. the result's class only exists on the worker
+                ok, kind = False, FailureKind.UNPICKLABLE
+                error = f"result cannot be unpickled by the runner: {type(exc).__name__}: {exc}"
+        return SubjectOutcome(task, ok, result=result, error=error, kind=kind, traceback=tb,
+                              duration_sec=duration, worker_pid=pid)
+
+    def _deliver(self, pairs: list[tuple[int, SubjectOutcome]]) -> None:
+        """Report each subject once, however many ways its outcome arrived."""
+        outcomes = []
+        for index, outcome in pairs:
+            if index not in self.reported:
+                self.reported.add(index)
+                outcomes.append(outcome)
+        if not outcomes:
+            return
+        if any(o.kind == FailureKind.OOM for o in outcomes):
+            self.shared.note_oom(self.policy)
+        self.report(outcomes)
+
+    # --------------------------------------------------------------- stopping
+    def _begin_stop(self) -> None:
+        """Stop submitting; ask every worker to end its batch before the next subject."""
+        self.stopping_deadline = time.monotonic() + (0.0 if self.stop.hard else self.policy.graceful_shutdown_sec)
+        self.pending.clear()
+        self.suspects.clear()
+        try:
+            self.client.run(stop_token, self.token, on_error="ignore", wait=False)
+        except Exception:  # noqa: BLE001 - unreachable workers are dealt with below
+            pass
+
+    def _abandon_running(self) -> None:
+        """Past the grace period: restart the workers still running a subject of ours."""
+        for batch in self.inflight.values():
+            if batch.worker is not None:
+                self.shared.restart(self.handle, batch.worker)
