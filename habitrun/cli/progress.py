@@ -22,9 +22,15 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from rich.markup import escape
 from rich.text import Text
 
 PLAIN_INTERVAL_SEC = 5.0
+
+
+def _tag(stage: str) -> str:
+    """`[stage]` escaped, so rich does not read it as markup."""
+    return escape(f"[{stage}]")
 
 
 class _RateColumn(ProgressColumn):
@@ -57,7 +63,7 @@ class RunDisplay:
     """Receives engine events; draws bars (terminal), plain lines (not a terminal) or nothing (quiet)."""
 
     def __init__(self, console: Console | None = None, *, quiet: bool = False, plain: bool | None = None) -> None:
-        self.console = console or Console(highlight=False)
+        self.console = console or Console(highlight=False, soft_wrap=True)
         self.quiet = quiet
         self.plain = (not self.console.is_terminal) if plain is None else plain
         self.progress: Progress | None = None
@@ -113,7 +119,7 @@ class RunDisplay:
     def _on_stage_started(self, e: dict[str, Any]) -> None:
         stage = e["stage"]
         st = {"total": e["total"], "done": 0, "failed": e.get("recorded_failures", 0), "cached": e["cached"],
-              "skipped": e.get("blocked", 0), "ran": 0, "started": time.monotonic(), "last": 0.0,
+              "skipped": e.get("blocked", 0), "ran": 0, "started": time.monotonic(), "last": time.monotonic(),
               "to_run": e["to_run"]}
         self.stats[stage] = st
         if self.progress is not None:
@@ -121,7 +127,7 @@ class RunDisplay:
             self.tasks[stage] = self.progress.add_task(stage, total=max(e["total"], 1), completed=completed,
                                                        **{k: st[k] for k in ("done", "failed", "cached", "skipped", "ran", "started")})
         else:
-            self.print(f"[{stage}] {e['kind']} stage: {e['total']} subject(s), {e['cached']} cached, "
+            self.print(f"{_tag(stage)} {e['kind']} stage: {e['total']} subject(s), {e['cached']} cached, "
                        f"{e['to_run']} to run" + (f", {e['blocked']} skipped (upstream failed)" if e.get("blocked") else ""))
 
     def _advance(self, stage: str) -> None:
@@ -142,7 +148,7 @@ class RunDisplay:
         rate = st["ran"] / elapsed
         left = st["to_run"] - st["ran"]
         eta = f", ETA {left / rate:.0f}s" if rate > 0 and left > 0 else ""
-        self.print(f"[{stage}] {st['done'] + st['cached']}/{st['total']} done, {st['failed']} failed, "
+        self.print(f"{_tag(stage)} {st['done'] + st['cached']}/{st['total']} done, {st['failed']} failed, "
                    f"{st['cached']} cached ({rate:.1f}/s{eta})")
 
     def _on_subject_done(self, e: dict[str, Any]) -> None:
@@ -159,21 +165,21 @@ class RunDisplay:
         if st is not None:
             st["failed"] += 1
             st["ran"] += 1
-        self.print(f"[red][{e['stage']}] {e['subject']} failed[/] ({e.get('kind')}): {e.get('error')}  "
+        self.print(f"[red]{_tag(e['stage'])} {escape(e['subject'])} failed[/] ({e.get('kind')}): {e.get('error')}  "
                    f"[dim]log: {e.get('log')}[/]")
         self._advance(e["stage"])
 
     def _on_retry_round(self, e: dict[str, Any]) -> None:
-        self.print(f"[{e['stage']}] retrying {e['subjects']} subject(s), attempt {e['attempt']}")
+        self.print(f"{_tag(e['stage'])} retrying {e['subjects']} subject(s), attempt {e['attempt']}")
 
     def _on_stage_finished(self, e: dict[str, Any]) -> None:
         if self.plain:
             stage = e["stage"]
-            self.print(f"[{stage}] finished: {e['done']} done, {e['cached']} cached, {e['failed']} failed, "
+            self.print(f"{_tag(stage)} finished: {e['done']} done, {e['cached']} cached, {e['failed']} failed, "
                        f"{e['skipped']} skipped" + (f", {e['not_run']} not run" if e.get("not_run") else ""))
 
     def _on_train_started(self, e: dict[str, Any]) -> None:
-        self.print(f"[{e['stage']}] starting {e['nproc_per_node']} rank(s)")
+        self.print(f"{_tag(e['stage'])} starting {e['nproc_per_node']} rank(s)")
 
     def _on_console(self, e: dict[str, Any]) -> None:
         line = e["line"].rstrip("\n")

@@ -61,7 +61,7 @@ def resume(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the final summary."),
 ) -> None:
     """Finish the latest run: nothing that finished is repeated, nothing is lost."""
-    console = Console(highlight=False)
+    console = Console(highlight=False, soft_wrap=True)
     previous, recipe_path = find_run(target)
     overrides = tuple(previous.read_provenance().get("overrides", []))
     stored = stored_recipe(previous) if not use_current else None

@@ -24,7 +24,7 @@ def run(
 ) -> None:
     """Run every stage for every subject; subjects already stored as done are skipped."""
     loaded = load_recipe(recipe, overrides=tuple(overrides or ()))
-    console = Console(highlight=False)
+    console = Console(highlight=False, soft_wrap=True)
     with RunDisplay(console, quiet=quiet) as display:
         summary = run_study(loaded, argv=sys.argv, observer=display.on_event)
     print_summary(console, summary, recipe_arg=str(recipe))
