@@ -7,6 +7,7 @@ the differences are shown and `--use-current` picks the edited file instead.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import sys
 from pathlib import Path
@@ -54,6 +55,11 @@ def stored_recipe(run: RunFolder) -> LoadedRecipe:
                          f"use --use-current to resume with the current recipe file") from None
 
 
+def _body(resolved_yaml: str) -> list[str]:
+    """The resolved recipe's lines without habitrun's header comments."""
+    return [line for line in resolved_yaml.splitlines() if not line.startswith("#")]
+
+
 @app.command()
 def resume(
     target: Optional[Path] = typer.Argument(None, help="Recipe file, study folder or run folder (default: ./recipe.yaml)."),  # noqa: UP045
@@ -63,8 +69,13 @@ def resume(
     """Finish the latest run: nothing that finished is repeated, nothing is lost."""
     console = Console(highlight=False, soft_wrap=True)
     previous, recipe_path = find_run(target)
-    overrides = tuple(previous.read_provenance().get("overrides", []))
+    provenance = previous.read_provenance()
+    overrides = tuple(provenance.get("overrides", []))
     stored = stored_recipe(previous) if not use_current else None
+    if stored is not None:
+        # The stored file is the resolved recipe; keep the identity of the recipe the user ran.
+        stored = dataclasses.replace(stored, sha256=(provenance.get("recipe") or {}).get("sha256") or stored.sha256,
+                                     overrides=overrides)
     current: LoadedRecipe | None = None
     try:
         current = load_recipe(recipe_path, overrides=overrides) if recipe_path.is_file() else None
@@ -73,8 +84,8 @@ def resume(
             raise
         console.print(f"[yellow]note:[/] the recipe file no longer loads; resuming with the stored recipe ({exc.message.splitlines()[0]})")
     if stored is not None and current is not None:
-        before = previous.recipe_file.read_text().splitlines()
-        after = current.resolved_yaml().splitlines()
+        before = _body(previous.recipe_file.read_text())
+        after = _body(current.resolved_yaml())
         if before != after:
             diff = "\n".join(difflib.unified_diff(before, after, "as run", "recipe file now", lineterm="", n=1))
             console.print("[yellow]the recipe file changed since this run:[/]")
