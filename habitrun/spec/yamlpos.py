@@ -204,6 +204,9 @@ def load_with_positions(text: str, source: str) -> tuple[Any, Positions]:
         return None, positions
     if len(nodes) > 1:
         line, col = _mark(nodes[1])
+        lines = text.splitlines()
+        marker = next((n for n in range(line - 1, 0, -1) if lines[n - 1].startswith("---")), None)
+        line, col = (marker, 1) if marker else (line, col)
         raise RecipeError([f"{source}:{line}:{col}: syntax: expected one YAML document, found several (remove '---')"])
     builder = _Builder(loader, positions)
     try:
