@@ -45,10 +45,10 @@ class Watched:
         except psutil.Error:
             self._proc = None
 
-    def sample(self) -> float:
-        """Resident MB of the worker and all its descendants (0 when it is gone)."""
+    def sample(self) -> float | None:
+        """Resident MB of the worker and all its descendants (None when it is gone)."""
         if self._proc is None:
-            return 0.0
+            return None
         try:
             total = self._proc.memory_info().rss
             for child in self._proc.children(recursive=True):
@@ -57,8 +57,8 @@ class Watched:
                 except psutil.Error:
                     pass
         except psutil.Error:
-            return 0.0
-        return total / MB
+            return None
+        return total / MB if total else None
 
 
 def cgroup_oom_kills() -> int | None:
@@ -148,6 +148,8 @@ class MemoryWatchdog:
                 if w.oom_note is not None:
                     continue
                 rss = w.sample()
+                if rss is None:  # gone: keep the last real sample for the classification
+                    continue
                 w.last_rss_mb, w.last_available_mb = rss, available
                 if self.limit_mb is not None and rss > self.limit_mb:
                     # The note first: the dispatch loop reads it once the worker's death wakes it.
