@@ -28,7 +28,7 @@ class FunctionRankSpec:
     stdout: Any  # a path (str) to append to, a Connection (pipe end), or None (inherit)
     stderr: Any
     result_path: str
-    parent_pid: int
+    parent_pid: int | None  # None under forkserver: the fork server is the parent
     close_fds: tuple[int, ...] = ()
     cwd: str | None = None
 
@@ -53,6 +53,19 @@ def _reopen_std_streams() -> None:
     sys.stderr = os.fdopen(2, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)
 
 
+def _close_forkserver_alive_fd() -> None:
+    """A fork server's child holds the server's liveness pipe; a rank should not keep the server alive."""
+    fs = sys.modules.get("multiprocessing.forkserver")
+    server = getattr(fs, "_forkserver", None) if fs else None
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if isinstance(fd, int) and server is not None and getattr(server, "_forkserver_pid", None) is None:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+        server._forkserver_alive_fd = None
+
+
 def run_function_rank(spec: FunctionRankSpec) -> None:
     """Target of the rank's multiprocessing.Process."""
     try:
@@ -60,6 +73,7 @@ def run_function_rank(spec: FunctionRankSpec) -> None:
     except OSError:
         pass
     die_with_parent(spec.parent_pid)
+    _close_forkserver_alive_fd()
     for fd in spec.close_fds:
         try:
             os.close(fd)

@@ -18,15 +18,19 @@ import sys
 PR_SET_PDEATHSIG = 1
 
 
-def die_with_parent(parent_pid: int, sig: int = signal.SIGKILL) -> None:
-    """Ask the kernel for ``sig`` when the parent dies; exit now if it already has."""
+def die_with_parent(parent_pid: int | None, sig: int = signal.SIGKILL) -> None:
+    """Ask the kernel for ``sig`` when the parent dies; exit now if it already has.
+
+    ``parent_pid`` None: the parent is not the launcher (a fork server); only
+    the signal is armed, and the launcher's watchdog covers the rest.
+    """
     if sys.platform.startswith("linux"):
         try:
             libc = ctypes.CDLL(None, use_errno=True)
             libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
         except (OSError, AttributeError):
             pass
-    if os.getppid() != parent_pid:
+    if parent_pid is not None and os.getppid() != parent_pid:
         os._exit(1)
 
 

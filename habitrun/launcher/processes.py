@@ -301,7 +301,7 @@ class ProcessContext:
             stdout=targets[0],
             stderr=targets[1],
             result_path=result_path,
-            parent_pid=os.getpid(),
+            parent_pid=None if self.start_method == "forkserver" else os.getpid(),
             close_fds=close_fds,
             cwd=self.cwd,
         )
