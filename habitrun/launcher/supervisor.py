@@ -100,6 +100,7 @@ def launch(
     start_method: str = "spawn",
     cwd: str | None = None,
     env: Mapping[str, str] | None = None,
+    base_env: Mapping[str, str] | None = None,
     inputs: str | None = None,
     workdir: str | None = None,
     grace: float = 15.0,
@@ -111,7 +112,8 @@ def launch(
 ) -> LaunchResult:
     """Run ``nprocs`` ranks of ``entrypoint`` until they succeed, fail past ``max_restarts``, time out or are woken.
 
-    ``args``: one tuple for every rank, or a map by rank. ``timeout``: seconds
+    ``args``: one tuple for every rank, or a map by rank. Ranks inherit
+    ``base_env`` (default: our environment) updated with ``env``. ``timeout``: seconds
     per attempt. ``wake``: file descriptors (a stop flag's) that, once
     readable, stop the group (SIGTERM, ``grace``, SIGKILL) with status interrupted.
     """
@@ -138,6 +140,7 @@ def launch(
                     inputs=inputs,
                     workdir=workdir,
                     extra=env,
+                    base=base_env,
                 )
                 for rank in range(nprocs)
             }
