@@ -166,6 +166,8 @@ class ClusterHandle:
                 n_workers=self.policy.workers, threads_per_worker=1, processes=True,
                 host="127.0.0.1", memory_limit=memory,
                 dashboard_address="127.0.0.1:0" if self.settings.dashboard else None,
+                # without a dashboard the scheduler still serves health checks: loopback, any port
+                scheduler_kwargs={"dashboard": self.settings.dashboard, "dashboard_address": "127.0.0.1:0"},
                 silence_logs=logging.ERROR, env=thread_env(self.policy.worker_threads),
                 **extra,
             )

@@ -308,7 +308,7 @@ class StageDispatch:
         self.pending.clear()
         self.suspects.clear()
         try:
-            self.client.run(stop_token, self.token, on_error="ignore", wait=False)
+            self.client.run(stop_token, self.token, on_error="ignore")
         except Exception:  # noqa: BLE001 - unreachable workers are dealt with below
             pass
 
