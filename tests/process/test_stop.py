@@ -1,0 +1,119 @@
+"""Behaviours 5 (fail_fast at the backend), 14 (no orphans) and 15 (stop requests)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from habitrun.engine.control import StopFlag
+from tests.process.conftest import OPS_DIR, alive, op, run, wait_gone
+
+
+def test_graceful_stop_lets_running_subjects_finish_and_dispatches_nothing_more(make_backend, tasks):
+    b = make_backend(workers=2, graceful_shutdown_sec=5)
+    stop = StopFlag()
+    items = tasks(*[{"do": "sleep", "sec": 0.5}] * 10)
+
+    def on_batch(batch):
+        stop.set("SIGINT", signum=signal.SIGINT)
+
+    got = run(b, op("act"), items, stop=stop, on_batch=on_batch)
+    # the first outcome stops the run; the subject still running on the other worker finishes
+    assert 1 <= len(got) <= 3 and all(o.ok for o in got.values())
+
+
+def test_graceful_stop_kills_subjects_that_outlast_the_grace_period(make_backend, tasks):
+    b = make_backend(workers=2, graceful_shutdown_sec=0.5)
+    stop = StopFlag()
+    t0 = time.monotonic()
+    got = run(b, op("act"), tasks({"do": "ok"}, {"do": "sleep"}, *[{"do": "ok"}] * 6),
+              stop=stop, on_batch=lambda batch: stop.set("SIGTERM"))
+    assert time.monotonic() - t0 < 15
+    assert "S1" not in got  # not reported: it never finished
+    # the busy worker was terminated, the other retired: none is left, even before close()
+    assert not wait_gone(list(b.started_pids), timeout=5)
+
+
+def test_fail_fast_from_report_stops_dispatching(make_backend, tasks):
+    b = make_backend(workers=1)
+    stop = StopFlag()
+
+    def on_batch(batch):
+        if any(not o.ok for o in batch):
+            stop.set("fail_fast: subject failed")
+
+    got = run(b, op("act"), tasks({"do": "raise"}, *[{"do": "sleep", "sec": 0.2}] * 10),
+              stop=stop, on_batch=on_batch)
+    assert not got["S0"].ok and len(got) <= 3
+
+
+def test_hard_stop_kills_running_subjects_at_once(make_backend, tasks):
+    b = make_backend(workers=2, graceful_shutdown_sec=30)
+    stop = StopFlag()
+    stop.set("SIGINT")
+    stop.set("SIGINT again", hard=True)
+    t0 = time.monotonic()
+    got = run(b, op("act"), tasks(*[{"do": "sleep"}] * 4), stop=stop)
+    assert got == {} and time.monotonic() - t0 < 10
+
+
+RUNNER = textwrap.dedent("""
+    import json, sys, time
+    from habitrun.engine.backend import OperatorRef, SubjectTask
+    from habitrun.engine.control import StopFlag
+    from habitrun.engine.process import ProcessBackend
+    from habitrun.spec.policy import RunPolicy
+
+    if __name__ == "__main__":
+        ops, root, method, pidfile = sys.argv[1:5]
+        b = ProcessBackend.from_policy(RunPolicy(workers=2, start_method=method))
+        tasks = [SubjectTask(key=f"k{i}", subject_id=f"S{i}", fields={"do": "sleep", "sec": 0.3},
+                             inputs={}, workdir=f"{root}/w{i}", log_path=f"{root}/l{i}.log")
+                 for i in range(200)]
+
+        def report(batch):
+            with open(pidfile, "w") as f:
+                json.dump(b.started_pids, f)
+
+        b.run_tasks(OperatorRef("s", "faults:act", {}, search_path=(ops,)), tasks, report, StopFlag())
+""")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("method", ["forkserver", "spawn", "fork"])
+def test_workers_exit_by_themselves_when_the_runner_is_sigkilled(tmp_path: Path, method):
+    script = tmp_path / "runner.py"
+    script.write_text(RUNNER)
+    pidfile = tmp_path / "pids.json"
+    runner = subprocess.Popen([sys.executable, str(script), OPS_DIR, str(tmp_path), method, str(pidfile)])
+    try:
+        deadline = time.monotonic() + 30
+        pids: list[int] = []
+        while time.monotonic() < deadline:
+            if pidfile.exists():
+                try:
+                    pids = json.loads(pidfile.read_text())
+                except ValueError:
+                    pids = []
+                if len(pids) >= 2:
+                    break
+            time.sleep(0.05)
+        assert len(pids) >= 2, "the runner never started its workers"
+        assert alive(pids)
+        os.kill(runner.pid, signal.SIGKILL)
+        runner.wait(timeout=10)
+        left = wait_gone(pids, timeout=5)
+        assert not left, f"workers outlived the runner: {left}"
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait()
