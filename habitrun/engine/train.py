@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from habitrun.engine.control import StopFlag
+from habitrun.errors import HabitrunError
 from habitrun.launcher import launch
 from habitrun.spec.operators import resolve_operator
 from habitrun.spec.policy import RunPolicy
@@ -120,28 +121,31 @@ def run_train_stage(
         assert stage.entrypoint is not None
         entry = run_entrypoint
         args = (stage.entrypoint, tuple(str(p) for p in search_path), stage.name)
-    launched = launch(
-        entry,
-        nprocs=spec.nproc_per_node,
-        log_dir=str(stage_dir),
-        name=stage.name,
-        args=args,
-        run_id=run_id,
-        max_restarts=spec.max_restarts,
-        redirects=_std(spec.redirects),
-        tee=_std(spec.tee),
-        local_ranks_filter=spec.local_ranks_filter,
-        start_method=spec.start_method,
-        cwd=root,
-        env={"PYTHONPATH": pythonpath},
-        inputs=str(inputs_path),
-        workdir=str(workdir),
-        grace=policy.graceful_shutdown_sec,
-        timeout=spec.timeout_sec,
-        period=spec.monitor_interval_sec,
-        console=console,
-        wake=[stop.fileno()],
-    )
+    try:
+        launched = launch(
+            entry,
+            nprocs=spec.nproc_per_node,
+            log_dir=str(stage_dir),
+            name=stage.name,
+            args=args,
+            run_id=run_id,
+            max_restarts=spec.max_restarts,
+            redirects=_std(spec.redirects),
+            tee=_std(spec.tee),
+            local_ranks_filter=spec.local_ranks_filter,
+            start_method=spec.start_method,
+            cwd=root,
+            env={"PYTHONPATH": pythonpath},
+            inputs=str(inputs_path),
+            workdir=str(workdir),
+            grace=policy.graceful_shutdown_sec,
+            timeout=spec.timeout_sec,
+            period=spec.monitor_interval_sec,
+            console=console,
+            wake=[stop.fileno()],
+        )
+    except HabitrunError as exc:  # the group could not start (a command not found, ...)
+        return outcome(False, None, str(exc), None, 0)
     attempts = len(launched.attempts)
     if not launched.ok:
         return outcome(False, None, launched.error, launched.traceback, attempts)

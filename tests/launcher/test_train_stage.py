@@ -1,0 +1,251 @@
+"""engine/train.py: a train stage's recipe options -> a rank group -> a TrainOutcome."""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from habitrun.engine.control import StopFlag
+from habitrun.engine.train import run_train_stage
+from habitrun.spec.policy import RunPolicy
+from habitrun.spec.recipe import StageSpec
+from tests.launcher.conftest import is_alive, needs_torch
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO = REPO / "recipes" / "demo"
+
+TRAINER = '''
+import json, os, signal, subprocess, sys, time
+from pathlib import Path
+
+
+def main():
+    inputs = json.loads(Path(os.environ["HABITRUN_INPUTS"]).read_text())
+    rank = int(os.environ["RANK"])
+    Path(os.environ["HABITRUN_WORKDIR"], f"rank{rank}.txt").write_text(os.getcwd())
+    print(f"training on {inputs['table']['n']} rows")
+    return {"rank": rank, "n": inputs["table"]["n"], "world": int(os.environ["WORLD_SIZE"])}
+
+
+def broken():
+    raise RuntimeError("loss is nan")
+
+
+def forever():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    Path(os.environ["HABITRUN_WORKDIR"], f"pids{os.environ['RANK']}").write_text(f"{os.getpid()} {child.pid}")
+    time.sleep(120)
+'''
+
+CMD_TRAINER = '''
+import json, os, sys
+workdir, inputs, stage_dir, run_id = sys.argv[1:5]
+assert workdir == os.environ["HABITRUN_WORKDIR"] and inputs == os.environ["HABITRUN_INPUTS"]
+if os.environ["RANK"] == "0" and "--write" in sys.argv:
+    with open(os.path.join(workdir, "result.json"), "w") as f:
+        json.dump({"run_id": run_id, "stage_dir": stage_dir, "cwd": os.getcwd()}, f)
+'''
+
+
+@pytest.fixture
+def study(tmp_path):
+    root = tmp_path / "study"
+    (root / "ops").mkdir(parents=True)
+    (root / "ops" / "__init__.py").write_text("")
+    (root / "ops" / "trainer.py").write_text(TRAINER)
+    (root / "cmd_train.py").write_text(CMD_TRAINER)
+    return root
+
+
+def _run(stage: StageSpec, root: Path, tmp_path: Path, *, stop=None, policy=None, inputs=None, console=None):
+    return run_train_stage(
+        stage, policy or RunPolicy(graceful_shutdown_sec=5), stage_dir=tmp_path / "run" / stage.name,
+        workdir=tmp_path / "work", inputs=inputs if inputs is not None else {"table": {"n": 7}},
+        search_path=(str(root),), run_id="run-1", stop=stop or StopFlag(), console=console,
+    )
+
+
+def _stage(**kw) -> StageSpec:
+    return StageSpec(name="train", kind="train", needs=("table",), **kw)
+
+
+def test_entrypoint_stage_returns_rank_zeros_value(study, tmp_path, console):
+    out = _run(_stage(entrypoint="ops.trainer:main", launch={"nproc_per_node": 2}), study, tmp_path,
+               console=console)
+    assert out.ok, (out.error, out.traceback)
+    assert out.result == {"rank": 0, "n": 7, "world": 2}
+    assert out.attempts == 1 and out.log_dir == str(tmp_path / "run" / "train")
+    assert json.loads((tmp_path / "run" / "train" / "inputs.json").read_text()) == {"table": {"n": 7}}
+    assert (tmp_path / "run" / "train" / "attempt_0" / "1" / "stdout.log").read_text() == "training on 7 rows\n"
+    assert "[train/0] training on 7 rows" in console.lines
+    assert (tmp_path / "work" / "rank1.txt").read_text() == str(study)  # cwd: the recipe's folder
+
+
+def test_command_stage_substitutes_and_reads_result_json(study, tmp_path, console):
+    argv = [sys.executable, "cmd_train.py", "${workdir}", "${inputs}", "${stage_dir}", "${run_id}", "--write"]
+    out = _run(_stage(command=argv, launch={"nproc_per_node": 2}), study, tmp_path, console=console)
+    assert out.ok, (out.error, out.traceback)
+    assert out.result == {"run_id": "run-1", "stage_dir": str(tmp_path / "run" / "train"), "cwd": str(study)}
+    # without a result.json (a stale one is removed first) the result names the workdir
+    out = _run(_stage(command=argv[:-1]), study, tmp_path, console=console)
+    assert out.ok and out.result == {"workdir": str(tmp_path / "work")}
+
+
+def test_failing_entrypoint_reports_the_root_cause_after_restarts(study, tmp_path, console):
+    out = _run(_stage(entrypoint="ops.trainer:broken", launch={"nproc_per_node": 2, "max_restarts": 1}),
+               study, tmp_path, console=console)
+    assert not out.ok and out.attempts == 2
+    assert "RuntimeError: loss is nan" in out.error
+    assert "in broken" in out.traceback
+    assert (tmp_path / "run" / "train" / "attempt_1" / "0" / "error.json").exists()
+
+
+def test_missing_entrypoint_module_is_named(study, tmp_path, console):
+    out = _run(_stage(entrypoint="ops.nowhere:main"), study, tmp_path, console=console)
+    assert not out.ok
+    assert "no module named 'ops.nowhere'" in out.error
+
+
+def test_missing_command_fails_the_stage_with_its_name(study, tmp_path, console):
+    out = _run(_stage(command=["no-such-trainer-xyz", "--epochs", "1"]), study, tmp_path, console=console)
+    assert not out.ok and out.attempts == 0
+    assert "'no-such-trainer-xyz' not found" in out.error
+
+
+def test_stage_timeout_stops_a_hung_group(study, tmp_path, console):
+    out = _run(_stage(entrypoint="ops.trainer:forever", launch={"nproc_per_node": 2, "timeout_sec": 2}),
+               study, tmp_path, console=console)
+    assert not out.ok and out.error.startswith("timeout")
+    pids = [int(p) for r in (0, 1) for p in (tmp_path / "work" / f"pids{r}").read_text().split()]
+    assert not [p for p in pids if is_alive(p)]
+
+
+def test_a_stop_flag_interrupts_the_stage(study, tmp_path, console):
+    stop = StopFlag()
+
+    def stop_soon():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if all((tmp_path / "work" / f"pids{r}").exists() for r in (0, 1)):
+                break
+            time.sleep(0.02)
+        stop.set("signal SIGINT", signum=signal.SIGINT)
+
+    thread = threading.Thread(target=stop_soon)
+    thread.start()
+    try:
+        out = _run(_stage(entrypoint="ops.trainer:forever", launch={"nproc_per_node": 2}), study, tmp_path,
+                   stop=stop, console=console)
+    finally:
+        thread.join()
+        stop.close()
+    assert not out.ok and out.error == "interrupted"
+    pids = [int(p) for r in (0, 1) for p in (tmp_path / "work" / f"pids{r}").read_text().split()]
+    deadline = time.monotonic() + 10
+    while any(is_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [p for p in pids if is_alive(p)]
+
+
+HABITRUN_LIKE = """
+import sys
+sys.path.insert(0, {repo!r})
+from pathlib import Path
+from habitrun.engine.control import StopFlag
+from habitrun.engine.signals import stop_on_signals
+from habitrun.engine.train import run_train_stage
+from habitrun.spec.policy import RunPolicy
+from habitrun.spec.recipe import StageSpec
+if __name__ == "__main__":
+    stage = StageSpec(name="train", kind="train", needs=("t",), entrypoint="ops.trainer:forever",
+                      launch={{"nproc_per_node": 2}})
+    tmp = Path({tmp!r})
+    with stop_on_signals(StopFlag()) as stop:
+        out = run_train_stage(stage, RunPolicy(graceful_shutdown_sec=5), stage_dir=tmp / "run",
+                              workdir=tmp / "work", inputs={{}}, search_path=({root!r},),
+                              run_id="r", stop=stop)
+    print("OUTCOME", out.ok, out.error, flush=True)
+"""
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_to_habitrun_stops_every_rank_and_child(study, tmp_path, sig):
+    script = tmp_path / "habitrun_like.py"
+    script.write_text(HABITRUN_LIKE.format(repo=str(REPO), tmp=str(tmp_path), root=str(study)))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not all((tmp_path / "work" / f"pids{r}").exists() for r in (0, 1)):
+            assert time.monotonic() < deadline and proc.poll() is None, "ranks never started"
+            time.sleep(0.02)
+        proc.send_signal(sig)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "OUTCOME False interrupted" in out
+    pids = [int(p) for r in (0, 1) for p in (tmp_path / "work" / f"pids{r}").read_text().split()]
+    deadline = time.monotonic() + 10
+    while any(is_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [p for p in pids if is_alive(p)]
+
+
+# -- the demo's training entrypoint -----------------------------------------------------------
+
+
+def _feature_table(path: Path, n: int = 24) -> Path:
+    rnd = random.Random(7)
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["subject_id", "label", "energy", "mean", "voxels"])
+        for i in range(n):
+            label = i % 2
+            writer.writerow([f"S{i:03d}", label, rnd.gauss(2.0 * label, 0.7), rnd.gauss(0, 1), rnd.randint(50, 90)])
+    return path
+
+
+@pytest.mark.torch
+@needs_torch
+@pytest.mark.timeout(240)
+def test_demo_train_stage_trains_with_ddp_over_two_ranks(tmp_path, console):
+    table = _feature_table(tmp_path / "features.csv")
+    stage = _stage(entrypoint="study_ops.train:main", launch={"nproc_per_node": 2, "max_restarts": 1})
+    out = _run(stage, DEMO, tmp_path, inputs={"table": {"table": str(table), "n_subjects": 24}}, console=console)
+    assert out.ok, (out.error, out.traceback)
+    metrics = json.loads((tmp_path / "work" / "metrics.json").read_text())
+    assert metrics["world_size"] == 2 and metrics["n_subjects"] == 24
+    assert metrics["accuracy"] >= 0.75  # the label is a clear shift of one feature
+    assert out.result["accuracy"] == metrics["accuracy"] and out.result["model"] == str(tmp_path / "work" / "model.pt")
+    import torch
+
+    saved = torch.load(tmp_path / "work" / "model.pt", weights_only=False)
+    assert saved["columns"] == ["energy", "mean", "voxels"]
+    assert any(line.startswith("[train/0] accuracy ") for line in console.lines)
+
+
+def test_demo_train_stage_says_what_to_install_without_torch(tmp_path, console):
+    table = _feature_table(tmp_path / "features.csv")
+    code = textwrap.dedent("""
+        import sys
+        sys.modules["torch"] = None  # as if PyTorch were not installed
+        from study_ops.train import main
+        main()
+    """)
+    out = _run(_stage(command=[sys.executable, "-c", code]), DEMO, tmp_path,
+               inputs={"table": {"table": str(table), "n_subjects": 24}}, console=console)
+    assert not out.ok
+    assert "the demo's train stage needs PyTorch: pip install 'habitrun[train]'" in out.error
+    assert "torch==2.13.0" in out.error
