@@ -179,6 +179,10 @@ class RunPolicy(BaseModel):
             ))
         if self.dask is not None and self.backend != "dask":
             problems.append((("dask",), "the 'dask' settings need backend 'dask'"))
+        if self.backend == "dask" and self.cap_workers_to_gpu_pool:
+            problems.append((("cap_workers_to_gpu_pool",),
+                             "cap_workers_to_gpu_pool does not apply to backend 'dask': start each Dask "
+                             "worker with its GPU (CUDA_VISIBLE_DEVICES) instead"))
         if problems:
             raise LocatedError(problems)
         return self

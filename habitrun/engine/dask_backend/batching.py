@@ -38,6 +38,6 @@ class BatchSizer:
             return 0
         if self.mean_sec is None:
             return 1
-        size = int(self.target_sec / max(self.mean_sec, 1e-6))
+        size = round(self.target_sec / max(self.mean_sec, 1e-6))
         fair = math.ceil(remaining / max(1, 2 * slots))  # leave work for every slot at the tail
         return max(1, min(size, fair, self.max_size, remaining))
