@@ -126,6 +126,7 @@ class ProcessBackend(Backend):
             threads=self.policy.worker_threads,
             cuda_device=device_for_slot(self._devices, slot),
             max_tasks=1 if self._isolated else 0,
+            max_consecutive_failures=0 if self._isolated else self.policy.persistent_worker_max_consecutive_failures,
         )
         close_fds = [w.conn.fileno() for w in self._workers if w.conn_open]
         proc, conn = self._launcher.start(config, module, op.search_path, close_fds)

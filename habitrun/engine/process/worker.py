@@ -42,6 +42,7 @@ class WorkerConfig:
     cuda_device: str | None
     parent_pid: int = 0  # filled in by the launcher; 0 or less: do not check
     max_tasks: int = 0  # 0: serve until told to exit; 1: isolated mode
+    max_consecutive_failures: int = 0  # after this many failures in a row, start nothing more
     close_fds: tuple[int, ...] = ()  # runner-side fds a forked worker inherited
 
 
@@ -152,6 +153,7 @@ def worker_main(conn: Connection, config: WorkerConfig) -> None:
     bound: BoundOperator | None = None
     bind_error = "no operator was bound"
     served = 0
+    failures_in_row = 0
     while True:
         message = inbox.messages.get()
         tag = message[0]
@@ -178,7 +180,12 @@ def worker_main(conn: Connection, config: WorkerConfig) -> None:
         if bound is None:
             _send(conn, _failure(task.key, f"cannot bind operator: {bind_error}", FailureKind.EXCEPTION))
             continue
-        _send_outcome(conn, execute(bound, task, capture="fd"))
+        outcome = execute(bound, task, capture="fd")
+        failures_in_row = 0 if outcome.ok else failures_in_row + 1
+        if config.max_consecutive_failures and failures_in_row >= config.max_consecutive_failures:
+            # The runner retires this worker; the run queued behind this one must not start here.
+            inbox.retired = True
+        _send_outcome(conn, outcome)
         served += 1
         if config.max_tasks and served >= config.max_tasks:
             break
