@@ -73,7 +73,7 @@ def resolve_operator(path: str, search_path: Sequence[str] = (), *, stage: str |
         except AttributeError:
             raise RecipeError(f"{where}operator {path!r}: module {module_name!r} has no attribute {attr!r}") from None
     if not callable(obj):
-        raise RecipeError(f"{where}operator {path!r} is a {type(obj).__name__}, not a function or class")
+        raise RecipeError(f"{where}operator {path!r} is a value of type {type(obj).__name__}, not a function or class")
     return obj
 
 

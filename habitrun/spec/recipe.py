@@ -104,6 +104,16 @@ class StageSpec(BaseModel):
     policy: Optional[PolicyOverride] = Field(default=None, description="Fields of the recipe's policy this stage overrides.")  # type: ignore[valid-type]  # noqa: UP045
     launch: Optional[LaunchSpec] = Field(default=None, description="Rank-group options (train).")  # noqa: UP045
 
+    @field_validator("command", mode="before")
+    @classmethod
+    def _numbers_as_arguments(cls, value: Any) -> Any:
+        """``--epochs, 5`` or ``"${vars.epochs}"`` (a number) is the argument "5"."""
+        if isinstance(value, (list, tuple)):
+            return tuple(
+                str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v for v in value
+            )
+        return value
+
     @model_validator(mode="after")
     def _fields_fit_the_kind(self) -> StageSpec:
         problems: list[tuple[tuple[Any, ...], str]] = []

@@ -23,8 +23,10 @@ from habitrun.errors import RecipeError
 Path_ = tuple[Any, ...]
 """A field path: dict keys and list indices from the document root."""
 
-MAX_NODES = 1_000_000
-"""Values built per document, aliases counted each time they are expanded."""
+MIN_NODE_LIMIT = 100_000
+"""Values built per document, aliases counted each time they are expanded, are
+capped at this or the text's length, whichever is larger: without aliases a
+document cannot hold more values than characters, so only alias bombs hit it."""
 
 _CORE = "tag:yaml.org,2002:"
 _SCALAR_TAGS = {f"{_CORE}{t}" for t in ("str", "int", "float", "bool", "null")}
@@ -74,8 +76,9 @@ def _mark(node: Node) -> tuple[int, int]:
 class _Builder:
     """Turns a composed node graph into plain Python values, collecting problems."""
 
-    def __init__(self, loader: YAML, positions: Positions) -> None:
+    def __init__(self, loader: YAML, positions: Positions, limit: int) -> None:
         self.constructor = loader.constructor
+        self.limit = limit
         self.pos = positions
         self.problems: list[str] = []
         self.count = 0
@@ -86,10 +89,10 @@ class _Builder:
 
     def build(self, node: Node, path: Path_, active: frozenset[int] = frozenset()) -> Any:
         self.count += 1
-        if self.count > MAX_NODES:
+        if self.count > self.limit:
             raise RecipeError(
                 f"{self.pos.source}:{_mark(node)[0]}:{_mark(node)[1]}: {format_path(path)}: "
-                f"the document expands to more than {MAX_NODES} values (aliases?)"
+                f"the document expands to more than {self.limit} values (aliases?)"
             )
         self.pos.values.setdefault(path, _mark(node))
         if id(node) in active:
@@ -208,7 +211,7 @@ def load_with_positions(text: str, source: str) -> tuple[Any, Positions]:
         marker = next((n for n in range(line - 1, 0, -1) if lines[n - 1].startswith("---")), None)
         line, col = (marker, 1) if marker else (line, col)
         raise RecipeError([f"{source}:{line}:{col}: syntax: expected one YAML document, found several (remove '---')"])
-    builder = _Builder(loader, positions)
+    builder = _Builder(loader, positions, max(MIN_NODE_LIMIT, len(text)))
     try:
         data = builder.build(nodes[0], ())
     except RecursionError:

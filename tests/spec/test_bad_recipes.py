@@ -89,7 +89,7 @@ CASES = [
     Bad("missing-module", (("operator: ops:prep", "operator: nomod:prep"),), line=12, fragment="no module named 'nomod'"),
     Bad("missing-attribute", (("operator: ops:prep", "operator: ops:nothere"),), line=12, fragment="has no attribute 'nothere'"),
     Bad("import-raises", (("operator: ops:prep", "operator: broken:fn"),), line=12, fragment="raised RuntimeError: import-time failure"),
-    Bad("not-callable", (("operator: ops:prep", "operator: ops:CONSTANT"),), line=12, fragment="is a int, not a function or class"),
+    Bad("not-callable", (("operator: ops:prep", "operator: ops:CONSTANT"),), line=12, fragment="is a value of type int, not a function or class"),
     # subjects
     Bad("missing-manifest", (("manifest: subjects.csv", "manifest: nothere.csv"),), line=5, fragment="does not exist"),
     Bad("duplicate-ids", (("manifest: subjects.csv", "manifest: dup.csv"),), where="dup.csv", line=4, fragment="duplicate subject id 'S1' (first on line 2)"),
