@@ -140,8 +140,8 @@ class ClusterHandle:
     def _connect(self) -> Any:
         from distributed import Client, LocalCluster
 
-        local = self.kind == "local"
-        security = security_for(self.settings, local=local)
+        # a local or jobqueue cluster's scheduler runs here and presents the same certificate
+        security = security_for(self.settings, local=self.kind == "local" or self.kind.startswith("jobqueue"))
         if self.kind == "address":
             client = Client(self.settings.address, security=security, timeout=self._connect_timeout())
             self._forbid_scheduler_retries(client)
