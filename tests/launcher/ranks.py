@@ -107,17 +107,3 @@ def return_value() -> dict:
 @record
 def decorated_failure() -> None:
     raise KeyError("missing-thing")
-
-
-def gloo_allreduce() -> list[float]:
-    """A real two-rank all-reduce over init_process_group("gloo") from the environment."""
-    import torch
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo")
-    try:
-        t = torch.tensor([float(dist.get_rank() + 1), 10.0])
-        dist.all_reduce(t)
-        return t.tolist()
-    finally:
-        dist.destroy_process_group()

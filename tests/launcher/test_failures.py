@@ -37,10 +37,11 @@ EXPECTED = {
 }
 
 
-@pytest.mark.parametrize("kind", list(EXPECTED))
-def test_a_crashing_rank_stops_the_others_and_the_group_restarts(tmp_path, console, kind):
+@pytest.mark.parametrize(("kind", "method"), [("exception", "spawn"), ("exit", "forkserver"),
+                                            ("sigkill", "forkserver"), ("segfault", "spawn")])
+def test_a_crashing_rank_stops_the_others_and_the_group_restarts(tmp_path, console, kind, method):
     result = launch(ranks.crash_one, nprocs=2, log_dir=tmp_path, args=(kind, 1, str(tmp_path)),
-                    max_restarts=1, grace=10, console=console)
+                    max_restarts=1, grace=10, console=console, start_method=method)
     code, sig, text = EXPECTED[kind]
     assert result.status == "failed"
     assert len(result.attempts) == 2

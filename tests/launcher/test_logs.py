@@ -35,7 +35,8 @@ def test_tee_all_writes_files_and_prefixed_console_lines(tmp_path, console):
 
 def test_redirects_keep_streams_off_the_console(tmp_path, console):
     result = launch(ranks.chatter, nprocs=2, log_dir=tmp_path, name="fit",
-                    redirects="all", tee="none", console=console)
+                    redirects="all", tee="none", console=console,
+                    start_method="forkserver")
     assert result.ok
     assert console.lines == []
     assert "out 1 1" in _read(tmp_path / "attempt_0" / "1" / "stdout.log")
@@ -45,7 +46,8 @@ def test_redirects_keep_streams_off_the_console(tmp_path, console):
 def test_tee_and_redirect_per_stream_and_per_rank(tmp_path, console):
     # rank 0: stdout teed, stderr to file only; rank 1: stderr teed, stdout to file only
     result = launch(ranks.chatter, nprocs=2, log_dir=tmp_path, name="t",
-                    redirects={0: "err", 1: "out"}, tee={0: "out", 1: "err"}, console=console)
+                    redirects={0: "err", 1: "out"}, tee={0: "out", 1: "err"}, console=console,
+                    start_method="forkserver")
     assert result.ok
     assert "[t/0] out 0 0" in console.lines and "[t/1] err 1 0" in console.lines
     assert not [line for line in console.lines if line.startswith("[t/0] err") or line.startswith("[t/1] out")]
@@ -56,7 +58,7 @@ def test_tee_and_redirect_per_stream_and_per_rank(tmp_path, console):
 
 def test_local_ranks_filter_limits_the_console_not_the_files(tmp_path, console):
     result = launch(ranks.chatter, nprocs=3, log_dir=tmp_path, name="f", tee="all",
-                    local_ranks_filter=[1], console=console)
+                    local_ranks_filter=[1], console=console, start_method="forkserver")
     assert result.ok
     assert console.lines and all(line.startswith("[f/1] ") for line in console.lines)
     for rank in range(3):

@@ -1,4 +1,7 @@
-"""The same ranks under torchrun and under habitrun: same variable names, same meaning, a real gloo all-reduce."""
+"""The same ranks under torchrun and under habitrun: same variable names, same meaning, a real gloo all-reduce.
+
+(Function ranks running DistributedDataParallel over gloo: the demo test in test_train_stage.py.)
+"""
 
 from __future__ import annotations
 
@@ -10,7 +13,6 @@ import sys
 import pytest
 
 from habitrun.launcher import TORCHRUN_VARIABLES, launch
-from tests.launcher import ranks
 from tests.launcher.conftest import needs_torch
 
 pytestmark = [pytest.mark.torch, needs_torch]
@@ -29,13 +31,6 @@ with open(os.path.join(sys.argv[1], "rank%s.json" % os.environ["RANK"]), "w") as
     json.dump({"env": new, "sum": t.item()}, f)
 """
 IGNORED = {"_", "BASE_KEYS_FILE", "PYTHONPATH", "HABITRUN_INPUTS", "HABITRUN_WORKDIR"}
-
-
-@pytest.mark.timeout(240)
-def test_gloo_all_reduce_runs_over_the_launchers_environment(tmp_path, console):
-    result = launch(ranks.gloo_allreduce, nprocs=2, log_dir=tmp_path, console=console)
-    assert result.ok, (result.error, result.traceback)
-    assert result.return_values == {0: [3.0, 20.0], 1: [3.0, 20.0]}
 
 
 @pytest.mark.timeout(240)

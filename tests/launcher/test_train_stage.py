@@ -126,7 +126,9 @@ def test_stage_timeout_stops_a_hung_group(study, tmp_path, console):
     out = _run(_stage(entrypoint="ops.trainer:forever", launch={"nproc_per_node": 2, "timeout_sec": 2}),
                study, tmp_path, console=console)
     assert not out.ok and out.error.startswith("timeout")
-    pids = [int(p) for r in (0, 1) for p in (tmp_path / "work" / f"pids{r}").read_text().split()]
+    # ranks that got far enough to start their child (on a busy machine maybe none) are gone with it
+    files = [tmp_path / "work" / f"pids{r}" for r in (0, 1)]
+    pids = [int(p) for f in files if f.exists() for p in f.read_text().split()]
     assert not [p for p in pids if is_alive(p)]
 
 
