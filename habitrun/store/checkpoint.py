@@ -245,18 +245,28 @@ class CheckpointStore:
         )
         return {row[0]: _state(row) for row in rows}
 
-    def stage_outcomes(self, stage: str) -> tuple[set[str], set[str]]:
-        """(keys stored as done, keys stored as failed) of ``stage``: the planner's fast path.
+    def stage_outcomes(self, stage: str, prefix: str = "") -> tuple[set[str], set[str]]:
+        """(done, failed) keys of ``stage``: the planner's fast path.
 
-        One scan of a covering index, the keys joined in SQL and split in Python: about
-        0.4 us a key where building a row object per key costs ten times that.
+        With ``prefix``, only keys starting with it, returned without it (the planner asks
+        for one map stage version's subject parts). One range scan of a covering index,
+        the keys joined in SQL and split in Python: about 0.4 us a key where a row object
+        per key costs ten times that.
         """
         done: set[str] = set()
         failed: set[str] = set()
-        rows = self._query(
-            f"SELECT ok, group_concat(key, char(31)) FROM {_RECORDS} WHERE stage = ? GROUP BY ok",
-            (stage,),
-        )
+        if prefix:
+            upper = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+            rows = self._query(
+                f"SELECT ok, group_concat(substr(key, ?), char(31)) FROM {_RECORDS}"
+                " WHERE stage = ? AND key >= ? AND key < ? GROUP BY ok",
+                (len(prefix) + 1, stage, prefix, upper),
+            )
+        else:
+            rows = self._query(
+                f"SELECT ok, group_concat(key, char(31)) FROM {_RECORDS} WHERE stage = ? GROUP BY ok",
+                (stage,),
+            )
         for ok, joined in rows:
             (done if ok else failed).update(joined.split(_SEP))
         return done, failed
