@@ -24,7 +24,6 @@ from typing import Any
 import psutil
 
 from habitrun.errors import LockHeldError, StoreError
-from habitrun.store.guard import LOCK_NAME
 
 _HELD: set[int] = set()
 
@@ -181,5 +180,7 @@ class StoreLock:
 
 
 def default_lock_path(store_dir: Path) -> Path:
-    """Where the engine locks a store, and where `status` looks for a live run."""
-    return Path(store_dir) / LOCK_NAME
+    """Where a store's lock lives: beside the store folder, so it works (and the folder stays
+    untouched) even when the store path holds something else."""
+    store_dir = Path(store_dir)
+    return store_dir.parent / f"{store_dir.name}.lock"
