@@ -3,17 +3,25 @@
 Shared by every backend so that a subject behaves the same in-process, in a
 worker process or on a Dask worker: same Subject object, same log file, same
 classification of failures.
+
+Output capture is cheap per subject: in a worker process, file descriptors 1
+and 2 point for the worker's whole life at an unlinked scratch file; after
+each subject the bytes it wrote (C libraries and child processes included)
+are copied to its log file, which therefore exists when the subject printed
+something or failed, and costs nothing when it did neither.
 """
 
 from __future__ import annotations
 
-import contextlib
+import fcntl
 import functools
+import io
 import os
 import sys
+import tempfile
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +30,7 @@ from habitrun.engine.subject import Collection, Subject
 from habitrun.spec.operators import resolve_operator
 
 BoundOperator = Callable[[SubjectTask], Any]
+SCRATCH_RESET_BYTES = 4 << 20  # the scratch file is emptied once it grows past this
 
 
 def bind_operator(op: OperatorRef) -> BoundOperator:
@@ -41,44 +50,60 @@ def bind_operator(op: OperatorRef) -> BoundOperator:
         return run_collect
 
     def run_map(task: SubjectTask) -> Any:
-        return call(Subject(task.subject_id, task.fields, task.inputs, Path(task.workdir)))
+        return call(Subject(task.subject_id, task.fields, task.inputs, task.workdir))
 
     return run_map
 
 
-@contextlib.contextmanager
-def captured_output(log_path: str, mode: str) -> Iterator[Any]:
-    """Send what the operator prints to its log file.
+class _FdScratch:
+    """Fds 1 and 2 of this process redirected, for its life, to one unlinked append-only file."""
 
-    ``mode="fd"`` redirects file descriptors 1 and 2 (catches C libraries and
-    child processes too) and is used in worker processes; ``"python"`` swaps
-    ``sys.stdout``/``sys.stderr`` only, for the in-process backend whose own
-    console must keep working.
-    """
-    Path(log_path).parent.mkdir(parents=True, exist_ok=True)
-    log = open(log_path, "a", buffering=1, encoding="utf-8", errors="replace")  # noqa: SIM115
-    try:
-        if mode == "fd":
-            sys.stdout.flush()
-            sys.stderr.flush()
-            saved = (os.dup(1), os.dup(2))
-            os.dup2(log.fileno(), 1)
-            os.dup2(log.fileno(), 2)
-            try:
-                yield log
-            finally:
-                with contextlib.suppress(Exception):
-                    sys.stdout.flush()
-                    sys.stderr.flush()
-                os.dup2(saved[0], 1)
-                os.dup2(saved[1], 2)
-                os.close(saved[0])
-                os.close(saved[1])
-        else:
-            with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-                yield log
-    finally:
-        log.close()
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.fd = self._open()
+        _flush_std()
+        os.dup2(self.fd, 1)
+        os.dup2(self.fd, 2)
+
+    @staticmethod
+    def _open() -> int:
+        fd, name = tempfile.mkstemp(prefix="habitrun-out-")
+        os.unlink(name)
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
+        return fd
+
+    def mark(self) -> int:
+        _flush_std()
+        return os.lseek(self.fd, 0, os.SEEK_END)
+
+    def since(self, start: int) -> bytes:
+        end = self.mark()
+        if end <= start:
+            return b""
+        return os.pread(self.fd, end - start, start)
+
+    def maybe_reset(self) -> None:
+        if os.lseek(self.fd, 0, os.SEEK_END) > SCRATCH_RESET_BYTES:
+            os.ftruncate(self.fd, 0)
+
+
+_scratch: _FdScratch | None = None
+
+
+def _fd_scratch() -> _FdScratch:
+    global _scratch
+    if _scratch is None or _scratch.pid != os.getpid():
+        _scratch = _FdScratch()
+    return _scratch
+
+
+def _flush_std() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):
+            pass
 
 
 def one_line(exc: BaseException) -> str:
@@ -87,34 +112,62 @@ def one_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+def _write_log(task: SubjectTask, output: bytes, tb: str | None) -> None:
+    path = task.log_path
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "ab") as log:
+            log.write(f"--- habitrun: subject {task.subject_id} attempt {task.attempt} pid {os.getpid()} ---\n".encode())
+            log.write(output)
+            if tb:
+                log.write(tb.encode("utf-8", "replace"))
+    except OSError:
+        pass  # a log that cannot be written must not turn a result into a failure
+
+
 def execute(bound: BoundOperator, task: SubjectTask, *, capture: str = "fd") -> SubjectOutcome:
-    """Run one task; every exception becomes a failed outcome (MemoryError as out-of-memory)."""
+    """Run one task; every exception becomes a failed outcome (MemoryError as out-of-memory).
+
+    ``capture="fd"`` (worker processes) catches everything written to fds 1
+    and 2; ``"python"`` (the in-process backend, whose console must keep
+    working) swaps ``sys.stdout``/``sys.stderr`` for the call.
+    """
     start = time.perf_counter()
     pid = os.getpid()
-    os.makedirs(task.workdir, exist_ok=True)
+    result: Any = None
+    error: str | None = None
+    kind: str | None = None
+    tb: str | None = None
+    if capture == "fd":
+        scratch = _fd_scratch()
+        mark = scratch.mark()
+        buffer = None
+    else:
+        buffer = io.StringIO()
+        saved = sys.stdout, sys.stderr
+        sys.stdout = sys.stderr = buffer
     try:
-        with captured_output(task.log_path, capture) as log:
-            log.write(f"--- habitrun: subject {task.subject_id} attempt {task.attempt} pid {pid} ---\n")
-            try:
-                result = bound(task)
-            except MemoryError as exc:
-                tb = traceback.format_exc()
-                log.write(tb)
-                return SubjectOutcome(task, False, error=f"out of memory: {one_line(exc)}", kind=FailureKind.OOM,
-                                      traceback=tb, duration_sec=time.perf_counter() - start, worker_pid=pid)
-            except BaseException as exc:  # noqa: BLE001 - isolating the subject is the point
-                if isinstance(exc, KeyboardInterrupt):
-                    raise
-                tb = traceback.format_exc()
-                log.write(tb)
-                kind = FailureKind.NO_REPORT if isinstance(exc, SystemExit) else FailureKind.EXCEPTION
-                message = (f"operator called sys.exit({exc.code!r}) without returning a result"
-                           if isinstance(exc, SystemExit) else one_line(exc))
-                return SubjectOutcome(task, False, error=message, kind=kind, traceback=tb,
-                                      duration_sec=time.perf_counter() - start, worker_pid=pid)
-    except OSError as exc:
-        return SubjectOutcome(task, False, error=f"cannot write log {task.log_path}: {exc}",
-                              kind=FailureKind.EXCEPTION, duration_sec=time.perf_counter() - start, worker_pid=pid)
-    return SubjectOutcome(task, True, result=result, duration_sec=time.perf_counter() - start, worker_pid=pid)
-
-
+        result = bound(task)
+    except MemoryError as exc:
+        tb, error, kind = traceback.format_exc(), f"out of memory: {one_line(exc)}", FailureKind.OOM
+    except SystemExit as exc:
+        tb, kind = traceback.format_exc(), FailureKind.NO_REPORT
+        error = f"operator called sys.exit({exc.code!r}) without returning a result"
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - isolating the subject is the point
+        tb, error, kind = traceback.format_exc(), one_line(exc), FailureKind.EXCEPTION
+    finally:
+        if buffer is None:
+            output = scratch.since(mark)
+        else:
+            sys.stdout, sys.stderr = saved
+            output = buffer.getvalue().encode("utf-8", "replace")
+    if output or tb:
+        _write_log(task, output, tb)
+    if buffer is None:
+        scratch.maybe_reset()
+    duration = time.perf_counter() - start
+    if kind is not None:
+        return SubjectOutcome(task, False, error=error, kind=kind, traceback=tb, duration_sec=duration, worker_pid=pid)
+    return SubjectOutcome(task, True, result=result, duration_sec=duration, worker_pid=pid)
