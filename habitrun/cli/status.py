@@ -1,1 +1,145 @@
-"""`habitrun status` (being written)."""
+"""`habitrun status [RECIPE or RUN_FOLDER]`: the last run, per stage counts, and each failure.
+
+Given a recipe, the newest run under its run folder is shown and the stage
+counts come from planning the current recipe against the store; given a run
+folder, that run's stored recipe is planned from the folder it was run in.
+Each failed subject is listed with its one-line reason and its log file.
+Nothing is written.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.markup import escape
+
+from habitrun.cli.app import app
+from habitrun.cli.plan import counts_table, make_console, open_existing_store
+from habitrun.errors import StoreError
+from habitrun.planner.plan import Plan, SubjectStatus, plan_study
+from habitrun.spec.loader import LoadedRecipe, load_recipe
+from habitrun.spec.subjects import load_subjects
+from habitrun.store.checkpoint import CheckpointStore
+from habitrun.store.lock import default_lock_path, holder_alive, read_holder
+from habitrun.store.runs import RunFolder, latest_run
+
+MAX_FAILURES_SHOWN = 20
+
+
+def locate(target: Path) -> tuple[LoadedRecipe, RunFolder | None]:
+    """The recipe to plan with and the run to show, from a recipe file or a run folder."""
+    if target.is_dir() and RunFolder.looks_like_run(target):
+        run = RunFolder.open(target)
+        root = run.source.get("root")
+        if not root:
+            raise StoreError(f"{target / 'source.json'} does not say which folder the run used")
+        return load_recipe(run.recipe_file, root=root), run
+    if target.is_dir():
+        if (target / "recipe.yaml").is_file():
+            target = target / "recipe.yaml"
+        else:
+            raise StoreError(
+                f"{target} is neither a run folder (no source.json and recipe.yaml) "
+                "nor a study folder with a recipe.yaml"
+            )
+    loaded = load_recipe(target)
+    return loaded, latest_run(loaded.run_root())
+
+
+def run_state(run: RunFolder, loaded: LoadedRecipe) -> tuple[str, dict[str, Any]]:
+    """The run's outcome, or whether it is still running or was cut short."""
+    info = run.read_provenance()
+    if info.get("outcome"):
+        return str(info["outcome"]), info
+    holder = read_holder(default_lock_path(loaded.store_dir()))
+    if holder and holder_alive(holder) is not False:  # alive here, or on another host
+        return f"running (pid {holder.get('pid')} on {holder.get('host')})", info
+    return "did not finish (stopped or killed); `habitrun resume` continues it", info
+
+
+def failures(plan: Plan, store: CheckpointStore | None) -> list[dict[str, Any]]:
+    """Every subject whose current key holds a recorded failure, with reason and log path."""
+    out: list[dict[str, Any]] = []
+    if store is None:
+        return out
+    for stage in plan:
+        sids = [
+            sid
+            for sid, st in stage.status.items()
+            if st is SubjectStatus.FAILED or (st is SubjectStatus.FORCED and stage.policy.retry_failed_subjects)
+        ]
+        if not sids:
+            continue
+        states = store.states([stage.keys[sid] for sid in sids])
+        for sid in sids:
+            state = states.get(stage.keys[sid])
+            if state is None or state.ok:
+                continue
+            out.append(
+                {
+                    "stage": stage.name,
+                    "subject": sid,
+                    "kind": state.kind,
+                    "error": (state.error or "").splitlines()[0] if state.error else "",
+                    "attempts": state.attempts,
+                    "log": state.log_path,
+                    "run_id": state.run_id,
+                }
+            )
+    return out
+
+
+@app.command()
+def status(
+    target: Path = typer.Argument(Path("recipe.yaml"), help="A recipe file or a run folder (default: ./recipe.yaml)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the status as JSON."),
+    show_all: bool = typer.Option(False, "--all", help=f"List every failure (default: the first {MAX_FAILURES_SHOWN})."),
+) -> None:
+    """Show the last run: outcome, per stage counts, each failed subject with its log file."""
+    loaded, run = locate(target)
+    console = make_console()
+    if run is None:
+        if as_json:
+            typer.echo(json.dumps({"recipe": str(loaded.path), "run": None}))
+        else:
+            console.print(f"no run yet for {escape(str(loaded.path))} (runs go to {escape(str(loaded.run_root() / 'runs'))})")
+        return
+    outcome, info = run_state(run, loaded)
+    subjects = load_subjects(loaded)
+    store = open_existing_store(loaded)
+    try:
+        plan = plan_study(loaded, subjects, store)
+        failed = failures(plan, store)
+    finally:
+        if store is not None:
+            store.close()
+    if as_json:
+        typer.echo(json.dumps({
+            "recipe": str(loaded.path),
+            "run": {"id": run.run_id, "path": str(run.path), "outcome": outcome,
+                    "started_at": info.get("started_at"), "ended_at": info.get("ended_at")},
+            "stages": {s.name: s.counts() for s in plan},
+            "failures": failed,
+        }, indent=1, ensure_ascii=False))
+        return
+    console.print(f"[bold]run {escape(run.run_id)}[/]: {escape(outcome)}")
+    console.print(f"  folder   {escape(str(run.path))}")
+    console.print(f"  started  {escape(str(info.get('started_at', '?')))}")
+    if info.get("ended_at"):
+        console.print(f"  ended    {escape(str(info['ended_at']))}")
+    console.print(counts_table(plan, f"stages of {escape(loaded.recipe.name)} now"))
+    if not failed:
+        console.print("no failed subjects")
+        return
+    console.print(f"[red]{len(failed)} failed subject(s)[/]:")
+    shown = failed if show_all else failed[:MAX_FAILURES_SHOWN]
+    for f in shown:
+        what = f"{f['kind']}: {f['error']}" if f["kind"] else f["error"]
+        console.print(f"  {escape(f['stage'])} {escape(f['subject'])}: {escape(what)}", highlight=False)
+        if f["log"]:
+            console.print(f"      log: {escape(f['log'])}", highlight=False)
+    if len(shown) < len(failed):
+        console.print(f"  ... and {len(failed) - len(shown)} more (habitrun status --all)")
