@@ -35,6 +35,15 @@ def wait_gone(pids: list[int], timeout: float = 10.0) -> list[int]:
     return alive
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _resource_tracker_started_early() -> None:
+    """multiprocessing's resource tracker lives as long as the session; start it before any
+    test so the no-leftover check does not blame the first test that uses a start method."""
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()
+
+
 @pytest.fixture(autouse=True)
 def no_leftover_children():
     """Every process a test starts must be gone when it ends."""

@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -22,7 +23,6 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
-from rich.markup import escape
 from rich.text import Text
 
 PLAIN_INTERVAL_SEC = 5.0

@@ -27,8 +27,8 @@ from habitrun.store.runs import RunFolder, latest_run
 DEFAULT_RECIPE = Path("recipe.yaml")
 
 
-def find_run(target: Path | None) -> tuple[RunFolder, Path]:
-    """The run to continue and the recipe file it came from."""
+def find_run(target: Path | None) -> tuple[RunFolder | None, Path]:
+    """The run to continue (None: no run was ever started) and the recipe file it came from."""
     target = target or DEFAULT_RECIPE
     if target.is_dir() and (target / "source.json").is_file():
         run = RunFolder.open(target)
@@ -39,11 +39,7 @@ def find_run(target: Path | None) -> tuple[RunFolder, Path]:
         raise RecipeError(f"{target}: no such recipe file or run folder; give the recipe (habitrun resume RECIPE) "
                           f"or a run folder (.habitrun/runs/<run>)")
     loaded = load_recipe(target)
-    run = latest_run(loaded.run_root())
-    if run is None:
-        raise StoreError(f"{target}: nothing to resume, no run was started in {loaded.run_root()}; "
-                         f"start one with: habitrun run {target}")
-    return run, target.resolve()
+    return latest_run(loaded.run_root()), target.resolve()
 
 
 def stored_recipe(run: RunFolder) -> LoadedRecipe:
@@ -69,6 +65,14 @@ def resume(
     """Finish the latest run: nothing that finished is repeated, nothing is lost."""
     console = Console(highlight=False, soft_wrap=True)
     previous, recipe_path = find_run(target)
+    if previous is None:
+        # Killed before its first run folder existed: nothing was stored, so resuming is running.
+        console.print(f"no earlier run of {recipe_path} was recorded; starting one", highlight=False)
+        loaded = load_recipe(recipe_path)
+        with RunDisplay(console, quiet=quiet) as display:
+            summary = run_study(loaded, argv=sys.argv, observer=display.on_event)
+        print_summary(console, summary, recipe_arg=str(target or DEFAULT_RECIPE))
+        raise typer.Exit(summary.exit_code)
     provenance = previous.read_provenance()
     overrides = tuple(provenance.get("overrides", []))
     stored = stored_recipe(previous) if not use_current else None

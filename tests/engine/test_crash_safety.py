@@ -85,9 +85,10 @@ def test_sigkill_at_random_moments_then_resume_loses_and_repeats_nothing(tmp_pat
                         plus_params={"sleep": 0.1})
     folder = recipe.parent
     rng = random.Random(1234)
-    for _ in range(3):
-        proc = start_run(recipe) if not (folder / ".habitrun" / "runs").exists() else subprocess.Popen(
-            habitrun_cmd("resume", str(recipe)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for attempt in range(3):
+        command = "run" if attempt == 0 else "resume"
+        proc = subprocess.Popen(habitrun_cmd(command, str(recipe)), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
         time.sleep(rng.uniform(0.8, 2.0))
         workers = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
         proc.send_signal(signal.SIGKILL)
