@@ -17,7 +17,6 @@ import multiprocessing as mp
 import multiprocessing.connection as mpc
 import os
 import pickle
-import select
 import shutil
 import signal
 import subprocess
@@ -373,7 +372,7 @@ class ProcessContext:
                     return None
                 slice_ = left if slice_ is None else min(slice_, left)
             fds = [self._handles[r].wait_fd() for r in self._live()]
-            ready, _, _ = select.select([*fds, *wake], [], [], slice_)
+            ready = mpc.wait([*fds, *wake], slice_)
             if any(fd in ready for fd in wake):
                 return None
 
@@ -395,12 +394,12 @@ class ProcessContext:
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            select.select([self._handles[r].wait_fd() for r in self._live()], [], [], left)
+            mpc.wait([self._handles[r].wait_fd() for r in self._live()], left)
             self._reap()
         for rank in self._handles:
             _signal_group(self._handles[rank].pid, signal.SIGKILL)
         while self._live():
-            select.select([self._handles[r].wait_fd() for r in self._live()], [], [], 1.0)
+            mpc.wait([self._handles[r].wait_fd() for r in self._live()], 1.0)
             self._reap()
         self._pump.stop()
         if self._watchdog is not None:

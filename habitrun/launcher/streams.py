@@ -42,8 +42,11 @@ class _Tap:
     partial: bytearray = field(default_factory=bytearray)
 
     def feed(self, data: bytes) -> None:
-        self.log.write(data)
-        self.log.flush()
+        try:
+            self.log.write(data)
+            self.log.flush()
+        except OSError:
+            pass  # a full disk must not stop the pump: a blocked pipe would hang the rank
         self.partial += data
         while True:
             cut = self.partial.find(b"\n")
@@ -57,10 +60,16 @@ class _Tap:
         if self.partial:
             self._emit(bytes(self.partial))
             self.partial.clear()
-        self.log.close()
+        try:
+            self.log.close()
+        except OSError:
+            pass
 
     def _emit(self, line: bytes) -> None:
-        self.console(self.prefix + line.decode("utf-8", errors="replace"))
+        try:
+            self.console(self.prefix + line.decode("utf-8", errors="replace"))
+        except Exception:  # noqa: BLE001 - a broken console must not stop the pump either
+            pass
 
 
 class Pump:

@@ -9,8 +9,8 @@ with the first failing rank's own message and traceback.
 
 from __future__ import annotations
 
+import multiprocessing.connection as mpc
 import os
-import select
 import signal
 import time
 import uuid
@@ -79,10 +79,7 @@ def explain(rank: RankResult) -> tuple[str, str | None]:
 
 
 def _readable(fds: Sequence[int]) -> bool:
-    if not fds:
-        return False
-    ready, _, _ = select.select(list(fds), [], [], 0)
-    return bool(ready)
+    return bool(fds) and bool(mpc.wait(list(fds), 0))
 
 
 def launch(
@@ -160,7 +157,11 @@ def launch(
                 grace=grace,
                 period=period,
             )
-            result = ctx.wait(timeout, wake=wake)
+            try:
+                result = ctx.wait(timeout, wake=wake)
+            except BaseException:  # KeyboardInterrupt in a library caller: never leave ranks behind
+                ctx.close(signal.SIGTERM, grace)
+                raise
             if result is None:
                 interrupted = _readable(wake)
                 result = ctx.close(signal.SIGTERM, grace)

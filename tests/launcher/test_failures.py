@@ -160,3 +160,20 @@ def test_sigkill_of_the_launcher_leaves_no_rank_alive(tmp_path, entry):
     for p in survivors:
         os.kill(p, signal.SIGKILL)
     assert not survivors, "ranks or their children outlived a SIGKILLed launcher"
+
+
+def test_keyboard_interrupt_in_a_library_caller_leaves_no_rank(tmp_path, console):
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 1.0)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            launch(ranks.hang, nprocs=2, log_dir=tmp_path, args=(str(tmp_path),), grace=5, console=console,
+                   start_method="forkserver")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    pids = [int(p.read_text()) for p in tmp_path.glob("r*.ready")]
+    assert not [p for p in pids if is_alive(p)]
