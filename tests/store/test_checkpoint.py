@@ -1,0 +1,162 @@
+"""The checkpoint store: atomic batches, bulk reads, replacement rules, durability under SIGKILL."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from pathlib import Path
+
+import pytest
+
+from habitrun.errors import StoreError
+from habitrun.store.checkpoint import CheckpointStore, Record, StoreNotFound, UnstorableResult
+
+
+def ok(stage: str, key: str, sid: str, result: object = None, **kw) -> Record:
+    return Record(stage=stage, key=key, subject_id=sid, ok=True, result=result, **kw)
+
+
+def bad(stage: str, key: str, sid: str, error: str = "ValueError: boom", **kw) -> Record:
+    return Record(stage=stage, key=key, subject_id=sid, ok=False, error=error, kind="exception", **kw)
+
+
+@pytest.fixture
+def store(tmp_path: Path):
+    s = CheckpointStore.open(tmp_path / "store")
+    yield s
+    s.close()
+
+
+def test_put_then_bulk_states_and_results(store: CheckpointStore) -> None:
+    store.put([ok("a", f"k{i}", f"S{i}", {"v": i}, log_path=f"/logs/S{i}.log", run_id="r1") for i in range(500)])
+    store.put([bad("a", "kf", "SF", attempts=3)])
+    keys = [f"k{i}" for i in range(0, 500, 7)] + ["kf", "absent"]
+    states = store.states(keys)
+    assert set(states) == set(keys) - {"absent"}
+    assert states["k7"].ok and states["k7"].log_path == "/logs/S7.log" and states["k7"].run_id == "r1"
+    assert not states["kf"].ok and states["kf"].attempts == 3 and states["kf"].error == "ValueError: boom"
+    results = store.results(keys)
+    assert set(results) == {f"k{i}" for i in range(0, 500, 7)}  # failures have no result
+    assert results["k14"] == {"v": 14}
+    done, failed = store.stage_outcomes("a")
+    assert len(done) == 500 and failed == {"kf"}
+    assert store.count("a") == 501 and store.stage_keys("b") == []
+
+
+def test_large_result_round_trips(store: CheckpointStore) -> None:
+    big = {"blob": b"x" * 200_000, "list": list(range(10_000))}  # spilled to a file by diskcache
+    store.put([ok("a", "big", "S1", big)])
+    assert store.results(["big"])["big"] == big
+
+
+def test_batch_is_all_or_nothing(store: CheckpointStore) -> None:
+    batch = [ok("a", "k1", "S1", 1), ok("a", "k2", "S2", threading.Lock()), ok("a", "k3", "S3", 3)]
+    with pytest.raises(UnstorableResult) as info:
+        store.put(batch)
+    assert info.value.record.subject_id == "S2" and "S2" in str(info.value)
+    assert store.states(["k1", "k2", "k3"]) == {} and store.results(["k1", "k3"]) == {}
+    store.put([batch[0], batch[2]])  # the store is fine afterwards
+    assert set(store.results(["k1", "k3"])) == {"k1", "k3"}
+
+
+def test_success_replaces_failure_but_not_the_reverse(store: CheckpointStore) -> None:
+    store.put([bad("a", "k", "S1", attempts=1)])
+    store.put([ok("a", "k", "S1", 42, attempts=2)])
+    assert store.states(["k"])["k"].ok and store.results(["k"]) == {"k": 42}
+    store.put([bad("a", "k", "S1", error="late failure")])
+    state = store.states(["k"])["k"]
+    assert state.ok and state.error is None and store.results(["k"]) == {"k": 42}
+    store.put([ok("a", "k", "S1", 43)])  # a new success (a forced rerun) replaces the old one
+    assert store.results(["k"]) == {"k": 43}
+
+
+def test_latest_failures_and_discard(store: CheckpointStore) -> None:
+    store.put([ok("a", "old1", "S1", 1, components={"params": "p1"}), ok("a", "old2", "S2", 1)])
+    store.put([ok("a", "new1", "S1", 2, components={"params": "p2"}), bad("b", "bf", "S2")])
+    latest = store.latest("a")
+    assert latest["S1"] == ("new1", {"params": "p2"}) and latest["S2"][0] == "old2"
+    assert [f.key for f in store.failures()] == ["bf"] and store.failures("a") == []
+    assert store.discard(["old1", "bf", "nope"]) == 2
+    assert store.states(["old1", "bf"]) == {} and store.results(["old1"]) == {}
+    assert store.count() == 2
+
+
+def test_stage_outcomes_with_prefix(store: CheckpointStore) -> None:
+    store.put([ok("a", "p1.s1", "S1"), bad("a", "p1.s2", "S2"), ok("a", "p2.s1", "S1"), ok("a", "p10.s9", "S9")])
+    assert store.stage_outcomes("a", "p1.") == ({"s1"}, {"s2"})
+    assert store.stage_outcomes("a", "p2.") == ({"s1"}, set())
+
+
+def test_reserved_separator_is_refused(store: CheckpointStore) -> None:
+    with pytest.raises(StoreError, match="reserved"):
+        store.put([ok("a", "bad\x1fkey", "S1")])
+
+
+def test_check_recipe_warns_or_refuses(store: CheckpointStore) -> None:
+    assert store.check_recipe("study", "a" * 64, strict=False) is None
+    assert store.check_recipe("study", "a" * 64, strict=True) is None
+    warning = store.check_recipe("study", "b" * 64, strict=False)
+    assert warning and "another version of recipe 'study'" in warning
+    with pytest.raises(StoreError, match="strict_checkpoint_hash"):
+        store.check_recipe("other", "c" * 64, strict=True)
+    assert store.recipe_info() == ("study", "b" * 64)  # a refusal does not take the store over
+
+
+def test_reopen_keeps_everything(tmp_path: Path) -> None:
+    with CheckpointStore.open(tmp_path / "s") as s:
+        s.put([ok("a", "k", "S", [1, 2])])
+        s.check_recipe("r", "x", strict=False)
+    with CheckpointStore.open(tmp_path / "s", create=False) as s:
+        assert s.results(["k"]) == {"k": [1, 2]} and s.recipe_info() == ("r", "x")
+
+
+def test_open_without_create_does_not_create(tmp_path: Path) -> None:
+    with pytest.raises(StoreNotFound):
+        CheckpointStore.open(tmp_path / "nothing", create=False)
+    assert not (tmp_path / "nothing").exists()
+    assert CheckpointStore.exists(tmp_path / "nothing") is False
+
+
+WRITER = """
+import sys
+from pathlib import Path
+from habitrun.store.checkpoint import CheckpointStore, Record
+store = CheckpointStore.open(Path(sys.argv[1]))
+batch = 0
+while True:
+    store.put([Record(stage="a", key=f"b{batch}-{i}", subject_id=f"S{batch}-{i}", ok=True,
+                      result={"batch": batch, "i": i, "pad": "x" * (i * 50)}) for i in range(20)])
+    print(batch, flush=True)
+    batch += 1
+"""
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("batches_before_kill", [1, 7, 25])
+def test_sigkill_of_a_writer_loses_no_returned_put(tmp_path: Path, child, batches_before_kill: int) -> None:
+    store_dir = tmp_path / "store"
+    proc = child(WRITER, str(store_dir))
+    acknowledged = -1
+    while acknowledged < batches_before_kill:
+        line = proc.stdout.readline()
+        assert line, proc.stderr.read()
+        acknowledged = int(line)
+    os.kill(proc.pid, signal.SIGKILL)  # mid-loop: likely inside the next put
+    proc.wait(timeout=30)
+    with CheckpointStore.open(store_dir, create=False) as store:
+        done, failed = store.stage_outcomes("a")
+        assert not failed
+        batches: dict[int, int] = {}
+        for key in done:
+            b = int(key[1:].split("-")[0])
+            batches[b] = batches.get(b, 0) + 1
+        for b in range(acknowledged + 1):
+            assert batches.get(b) == 20, f"batch {b} was acknowledged but is incomplete"
+        assert all(n == 20 for n in batches.values()), "a half batch is visible"
+        assert max(batches) <= acknowledged + 1
+        results = store.results(sorted(done))
+        assert set(results) == done  # every record has its result, and the reverse
+        for key, value in results.items():
+            b, i = (int(x) for x in key[1:].split("-"))
+            assert value == {"batch": b, "i": i, "pad": "x" * (i * 50)}
