@@ -126,7 +126,7 @@ def test_sigint_stops_stores_finished_and_exits_130_then_resume_completes(tmp_pa
 
 @pytest.mark.timeout(120)
 def test_second_concurrent_run_is_refused_naming_the_holder(tmp_path: Path) -> None:
-    recipe = make_study(tmp_path / "study", subjects=8, square_params={"sleep": 0.4})
+    recipe = make_study(tmp_path / "study", subjects=8, square_params={"sleep": 2.0})
     first = start_run(recipe, "--quiet")
     wait_for_done_events(recipe.parent, 1, first)
     second = run_cli("run", str(recipe))
