@@ -107,7 +107,8 @@ def test_failing_entrypoint_reports_the_root_cause_after_restarts(study, tmp_pat
     assert not out.ok and out.attempts == 2
     assert "RuntimeError: loss is nan" in out.error
     assert "in broken" in out.traceback
-    assert (tmp_path / "run" / "train" / "attempt_1" / "0" / "error.json").exists()
+    # whichever rank failed first (the other may be stopped before it raises) left its error file
+    assert list((tmp_path / "run" / "train" / "attempt_1").glob("*/error.json"))
 
 
 def test_missing_entrypoint_module_is_named(study, tmp_path, console):
