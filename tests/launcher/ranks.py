@@ -52,7 +52,10 @@ def crash_one(kind: str, failing_rank: int, marker_dir: str) -> str:
     if rank != failing_rank:
         time.sleep(60)
         return "slept"
-    time.sleep(0.2)
+    deadline = time.monotonic() + 30  # crash once every rank is up (a busy machine starts them slowly)
+    others = [Path(marker_dir, f"a{attempt}_r{r}.pid") for r in range(int(os.environ["WORLD_SIZE"]))]
+    while not all(p.exists() for p in others) and time.monotonic() < deadline:
+        time.sleep(0.01)
     if kind == "exception":
         raise RuntimeError(f"rank {rank} broke on attempt {attempt}")
     if kind == "exit":
