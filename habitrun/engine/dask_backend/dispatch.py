@@ -48,6 +48,7 @@ class _Batch:
     worker: str | None = None  # from the "started" marker
     running: int | None = None  # position announced running and not yet done
     streamed: dict[int, WireOutcome] = field(default_factory=dict)  # outcomes that came with "done" markers
+    result: dict[str, Any] | None = None  # the batch's "E" event
 
 
 class StageDispatch:
@@ -184,6 +185,8 @@ class StageDispatch:
         kind = msg.get("m")
         if kind == "R":
             batch.running = msg["i"]
+        elif kind == "E":
+            batch.result = pickle.loads(msg["r"])
         elif kind == "D":
             if batch.running == msg["i"]:
                 batch.running = None
@@ -193,15 +196,21 @@ class StageDispatch:
 
     def _finished(self, batch: _Batch) -> None:
         fut = batch.future
+        status = fut.status
         try:
-            status = fut.status
             if status == "finished":
-                self._batch_result(batch, fut.result())
+                fut.release()  # nothing to fetch: the outcomes came as an event (see worker.run_batch)
+                if batch.result is not None:
+                    self._batch_result(batch, batch.result)
+                elif self.stopping_deadline is None:  # cannot happen on an ordered stream; never lose work
+                    self.pending.extendleft(reversed([i for i in batch.indices if i not in self.reported]))
                 return
             if status == "error":
-                self._batch_error(batch, fut.exception())
+                exc = fut.exception()
+                fut.release()
+                self._batch_error(batch, exc)
                 return
-        except Exception as exc:  # noqa: BLE001 - fetching a result can fail if its worker just died
+        except Exception as exc:  # noqa: BLE001 - the client lost the scheduler mid-call
             self._batch_error(batch, exc)
             return
         if self.stopping_deadline is not None:
@@ -240,8 +249,8 @@ class StageDispatch:
             victim = None  # we restarted it on purpose: what was queued there never ran
         elif batch.running is not None:
             victim = batch.running
-        elif len(batch.indices) == 1 and (batch.worker is not None or self.deaths.get(batch.indices[0], 0) >= 1):
-            victim = 0
+        elif len(batch.indices) == 1 and (batch.worker is not None or self.deaths.get(batch.indices[0], 0) >= 2):
+            victim = 0  # it started (or died before saying so three times: it is the one killing workers)
         else:
             victim = -1  # unknown: resend the lot one by one, announced
         if victim is not None and victim >= 0 and batch.indices[victim] not in self.reported:

@@ -126,10 +126,10 @@ def _cancelled(worker: Any) -> bool:
     return ts is not None and ts.state == "cancelled"
 
 
-def run_batch(op: OperatorRef, tasks: Sequence[SubjectTask], ctx: BatchContext) -> dict[str, Any]:
-    """Run ``tasks`` in order on this worker; return every outcome and what was not run.
+def run_batch(op: OperatorRef, tasks: Sequence[SubjectTask], ctx: BatchContext) -> None:
+    """Run ``tasks`` in order on this worker; send every outcome and what was not run as an "E" event.
 
-    Result: ``{"worker", "done": [WireOutcome], "not_run": [index], "restart": reason | None}``.
+    Event ``r``: pickled ``{"worker", "done": [WireOutcome], "not_run": [index], "restart": reason | None}``.
     """
     from distributed import get_worker
 
@@ -155,8 +155,13 @@ def run_batch(op: OperatorRef, tasks: Sequence[SubjectTask], ctx: BatchContext) 
                 runner.retiring = restart
                 _pause_worker(worker)
                 break
-        return {"worker": address, "done": done, "not_run": list(range(len(done), len(tasks))),
-                "restart": restart}
+        result = {"worker": address, "done": done, "not_run": list(range(len(done), len(tasks))),
+                  "restart": restart}
+        # The result travels on the event stream, which reaches the client before the task's
+        # "finished": nothing is left on this worker for a later death to lose (or Dask to recompute).
+        worker.log_event(ctx.topic, {"b": ctx.batch_id, "m": "E", "w": address,
+                                     "r": pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)})
+        return None
 
 
 def _watch_one(runner: _SubjectThread, worker: Any, op: OperatorRef, task: SubjectTask, index: int,
