@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -28,6 +29,7 @@ import diskcache
 
 from habitrun.errors import StoreError
 from habitrun.store.guard import (
+    DB_NAME,
     META_TABLE,
     STORE_FORMAT,
     STORE_VERSION,
@@ -119,6 +121,28 @@ def _state(row: tuple) -> StoredState:
     return StoredState(key, stage, sid, bool(ok), attempts, error, kind, log_path, run_id)
 
 
+def _mark_new_store(directory: Path) -> None:
+    """Write our tables before diskcache writes its own, in one transaction.
+
+    A process killed while creating a store then leaves either an empty file or a database
+    marked as ours, never an unmarked diskcache that the next open would refuse as foreign.
+    """
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        con = sqlite3.connect(directory / DB_NAME, timeout=60, isolation_level=None)
+    except (OSError, sqlite3.Error) as exc:
+        raise StoreError(f"cannot create the checkpoint store at {directory}: {exc}") from None
+    try:
+        con.execute("BEGIN IMMEDIATE")
+        for statement in _SCHEMA:
+            con.execute(statement)
+        con.execute("COMMIT")
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot create the checkpoint store at {directory}: {exc}") from None
+    finally:
+        con.close()
+
+
 class CheckpointStore:
     """A habitrun checkpoint store in one folder (see the module docstring)."""
 
@@ -139,6 +163,8 @@ class CheckpointStore:
         state = inspect_store_dir(directory)
         if state is not StoreDirState.HABITRUN and not create:
             raise StoreNotFound(f"no checkpoint store at {directory} yet (nothing has run)")
+        if state is not StoreDirState.HABITRUN:
+            _mark_new_store(directory)
         try:
             cache = diskcache.Cache(
                 str(directory),
