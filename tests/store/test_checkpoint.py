@@ -160,3 +160,30 @@ def test_sigkill_of_a_writer_loses_no_returned_put(tmp_path: Path, child, batche
         for key, value in results.items():
             b, i = (int(x) for x in key[1:].split("-"))
             assert value == {"batch": b, "i": i, "pad": "x" * (i * 50)}
+
+
+@pytest.mark.timeout(90)
+def test_a_concurrent_reader_never_sees_half_a_batch(tmp_path: Path, child) -> None:
+    store_dir = tmp_path / "store"
+    proc = child(WRITER, str(store_dir))
+    assert proc.stdout.readline(), proc.stderr.read()  # the first batch is in
+    with CheckpointStore.open(store_dir, create=False) as reader:
+        for _ in range(15):
+            done, _ = reader.stage_outcomes("a")
+            per_batch: dict[str, int] = {}
+            for key in done:
+                per_batch[key.split("-")[0]] = per_batch.get(key.split("-")[0], 0) + 1
+            assert set(per_batch.values()) == {20}
+            assert set(reader.results(sorted(done))) == done
+    proc.kill()
+    proc.wait(timeout=30)
+
+
+def test_a_store_killed_while_being_created_opens(tmp_path: Path) -> None:
+    from habitrun.store.checkpoint import _mark_new_store
+
+    _mark_new_store(tmp_path / "store")  # our tables are in; diskcache never got to run
+    assert CheckpointStore.exists(tmp_path / "store")
+    with CheckpointStore.open(tmp_path / "store", create=False) as store:
+        store.put([ok("a", "k", "S", 1)])
+        assert store.results(["k"]) == {"k": 1}
