@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -19,6 +20,7 @@ from typing import Any
 from habitrun.engine.backend import FailureKind, OperatorRef, SubjectOutcome, SubjectTask
 from habitrun.engine.backends import BackendPool
 from habitrun.engine.control import StopFlag
+from habitrun.engine.recorder import Recorder
 from habitrun.engine.signals import exit_code_for, stop_on_signals
 from habitrun.errors import EXIT_FAILED_SUBJECTS, EXIT_OK
 from habitrun.planner.plan import GROUP_SUBJECT, StagePlan, SubjectStatus, fingerprints, plan_stage
@@ -139,20 +141,20 @@ class _StudyRunner:
         self.warnings: list[str] = []
         self.chain: set[str] = set()
         self.finished: set[tuple[str, str]] = set()  # (stage, subject) with an outcome in this run
+        self.emit_lock = threading.Lock()  # events come from the runner and the recorder thread
 
     # ------------------------------------------------------------------ events
     def emit(self, event: dict[str, Any]) -> None:
-        self.run.events.write(event)
-        if self.observer is not None:
-            self.observer(event)
+        self.emit_many([event])
 
     def emit_many(self, events: list[dict[str, Any]]) -> None:
         if not events:
             return
-        self.run.events.write_many(events)
-        if self.observer is not None:
-            for event in events:
-                self.observer(event)
+        with self.emit_lock:
+            self.run.events.write_many(events)
+            if self.observer is not None:
+                for event in events:
+                    self.observer(event)
 
     # ------------------------------------------------------------------ run
     def run(self) -> RunSummary:
@@ -195,6 +197,7 @@ class _StudyRunner:
                    "subjects": len(self.subjects), "stages": [s.name for s in self.recipe.ordered_stages()],
                    "user": _user(), "resumed_from": provenance["resumed_from"]})
         started = time.monotonic()
+        self.recorder = Recorder(self.store, self.emit_many)
         try:
             for stage in self.recipe.ordered_stages():
                 if self.stop.is_set():
@@ -202,7 +205,10 @@ class _StudyRunner:
                 self.run_stage(stage)
         finally:
             hard = self.stop.hard
-            self.backends.close(graceful=not hard)
+            try:
+                self.recorder.close()
+            finally:
+                self.backends.close(graceful=not hard)
         outcome, exit_code = self.outcome()
         if outcome == "success":
             self.clear_on_success()
@@ -334,18 +340,28 @@ class _StudyRunner:
                         self.stop.set(f"fail_fast: subject {sid} failed in stage {stage.name!r}: {outcome.error}")
                 else:
                     retry.append(replace(task, attempt=task.attempt + 1))
-            if records:
-                self.store.put(records)  # durable before anyone is told
-            self.emit_many(events)
+            self.recorder.submit(records, events)  # stored first, then reported
 
         pending = tasks
         while pending and not self.stop.is_set():
             retry: list[SubjectTask] = []
             backend.run_tasks(op, pending, report, self.stop)
+            self.recorder.flush()
+            self.apply_unstorable(plan, counts)
             if retry and not self.stop.is_set():
                 self.emit({"event": "retry_round", "stage": stage.name, "subjects": len(retry),
                            "attempt": retry[0].attempt})
             pending = retry
+
+    def apply_unstorable(self, plan: StagePlan, counts: StageCounts) -> None:
+        """Successes whose result the store refused were recorded as failures: count them so."""
+        while self.recorder.converted:
+            record = self.recorder.converted.pop()
+            plan.status[record.subject_id] = SubjectStatus.FAILED
+            counts.done -= 1
+            counts.failed += 1
+            self.failures.append(FailureLine(record.stage, record.subject_id, record.error or "", record.kind,
+                                             record.log_path))
 
     def build_tasks(self, stage: StageSpec, plan: StagePlan, to_run: list[str]) -> list[SubjectTask]:
         if stage.kind == "collect":
@@ -443,19 +459,22 @@ class _StudyRunner:
             plan.status[GROUP_SUBJECT] = SubjectStatus.DONE
             counts.done += 1
             self.finished.add((stage.name, GROUP_SUBJECT))
-            self.store.put([self.record(stage.name, plan, task, outcome)])
-            self.emit({"event": "subject_done", "stage": stage.name, "subject": GROUP_SUBJECT,
-                       "attempt": task.attempt, "duration_sec": round(result.duration_sec, 3)})
+            self.recorder.submit([self.record(stage.name, plan, task, outcome)],
+                                 [{"event": "subject_done", "stage": stage.name, "subject": GROUP_SUBJECT,
+                                   "attempt": task.attempt, "duration_sec": round(result.duration_sec, 3)}])
+            self.recorder.flush()
+            self.apply_unstorable(plan, counts)
         elif not self.stop.is_set():
             plan.status[GROUP_SUBJECT] = SubjectStatus.FAILED
             counts.failed += 1
             self.finished.add((stage.name, GROUP_SUBJECT))
-            self.store.put([self.record(stage.name, plan, task, outcome)])
             self.failures.append(FailureLine(stage.name, GROUP_SUBJECT, result.error or "failed",
                                              outcome.kind, result.log_dir))
-            self.emit({"event": "subject_failed", "stage": stage.name, "subject": GROUP_SUBJECT,
-                       "attempt": task.attempt, "kind": outcome.kind, "error": result.error,
-                       "final": True, "log": result.log_dir})
+            self.recorder.submit([self.record(stage.name, plan, task, outcome)],
+                                 [{"event": "subject_failed", "stage": stage.name, "subject": GROUP_SUBJECT,
+                                   "attempt": task.attempt, "kind": outcome.kind, "error": result.error,
+                                   "final": True, "log": result.log_dir}])
+            self.recorder.flush()
             if policy.on_subject_failure == "fail_fast":
                 self.stop.set(f"fail_fast: train stage {stage.name!r} failed: {result.error}")
 

@@ -1,0 +1,108 @@
+"""The recorder: stores outcomes, then reports them, off the dispatch loop's back.
+
+The dispatch loop hands each batch of outcomes over and goes straight back
+to feeding workers. One thread writes whatever has piled up in a single
+store transaction — the slower the disk, the larger the batches — and only
+then emits the events and progress for those subjects. So "reported" always
+means "stored": a SIGKILL at any moment loses no subject that was reported,
+and a subject that was not yet stored is simply run again by `resume`.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from habitrun.engine.backend import FailureKind
+from habitrun.store.checkpoint import CheckpointStore, Record, UnstorableResult
+
+EmitFn = Callable[[list[dict[str, Any]]], None]
+_FLUSH = object()
+_STOP = object()
+
+
+class Recorder:
+    """A single writer thread in front of the checkpoint store and the event stream."""
+
+    def __init__(self, store: CheckpointStore, emit: EmitFn) -> None:
+        self.store = store
+        self.emit = emit
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._error: BaseException | None = None
+        self.converted: list[Record] = []  # successes whose result could not be stored (now failures)
+        self._thread = threading.Thread(target=self._loop, name="habitrun-recorder", daemon=True)
+        self._thread.start()
+
+    def submit(self, records: list[Record], events: list[dict[str, Any]]) -> None:
+        """Queue outcomes to be stored, then reported (in that order)."""
+        if self._error is not None:
+            raise self._error
+        if records or events:
+            self._queue.put((records, events))
+
+    def flush(self) -> None:
+        """Block until everything submitted so far is stored and reported."""
+        done = threading.Event()
+        self._queue.put((_FLUSH, done))
+        done.wait()
+        if self._error is not None:
+            raise self._error
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            self.flush()
+            self._queue.put((_STOP, None))
+            self._thread.join()
+
+    # ------------------------------------------------------------------ thread
+    def _loop(self) -> None:
+        while True:
+            records: list[Record] = []
+            events: list[dict[str, Any]] = []
+            waiters: list[threading.Event] = []
+            stop = False
+            item = self._queue.get()
+            while True:
+                first, second = item
+                if first is _FLUSH:
+                    waiters.append(second)
+                elif first is _STOP:
+                    stop = True
+                else:
+                    records.extend(first)
+                    events.extend(second)
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+            try:
+                self._write(records, events)
+            except BaseException as exc:  # noqa: BLE001 - surfaced to the runner by flush/submit
+                self._error = exc
+            for waiter in waiters:
+                waiter.set()
+            if stop:
+                return
+
+    def _write(self, records: list[Record], events: list[dict[str, Any]]) -> None:
+        if records:
+            while True:
+                try:
+                    self.store.put(records)
+                    break
+                except UnstorableResult as exc:
+                    # Keep the batch: the one result that cannot be stored becomes that subject's failure.
+                    bad = exc.record
+                    message = f"result cannot be stored: {exc.message}"
+                    failed = replace(bad, ok=False, result=None, error=message, kind=FailureKind.UNPICKLABLE)
+                    self.converted.append(failed)
+                    records = [failed if r is bad else r for r in records]
+                    for event in events:
+                        if event.get("subject") == bad.subject_id and event.get("stage") == bad.stage \
+                                and event.get("event") == "subject_done":
+                            event.update(event="subject_failed", kind=FailureKind.UNPICKLABLE, error=message,
+                                         final=True, log=bad.log_path)
+        self.emit(events)
