@@ -89,10 +89,9 @@ class StagePlan:
         return [s for s, st in self.status.items() if st in _RUNS]
 
     def counts(self) -> dict[str, int]:
-        out = {s.value: 0 for s in SubjectStatus}
-        for st in self.status.values():
-            out[st.value] += 1
-        return out
+        """Subjects per status (list.count compares by identity first: C speed for 100,000)."""
+        values = list(self.status.values())
+        return {s.value: values.count(s) for s in SubjectStatus}
 
     def unavailable(self) -> set[str]:
         """Subjects whose result downstream stages cannot have (failed or blocked)."""
