@@ -13,6 +13,8 @@ import contextlib
 import logging
 from typing import Any
 
+import psutil
+
 from habitrun.engine.process.threads import thread_env
 from habitrun.errors import HabitrunError
 from habitrun.spec.policy import DaskSettings, JobqueueSettings, RunPolicy
@@ -118,6 +120,7 @@ class ClusterHandle:
         self._restored_allowed_failures: int | None = None
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="habitrun-dask-admin")
         self._pending: list[concurrent.futures.Future[Any]] = []
+        self._children_before: set[int] = set()
 
     @property
     def started_here(self) -> bool:
@@ -157,6 +160,7 @@ class ClusterHandle:
             return Client(self.cluster, security=security)
         import dask
 
+        self._children_before = {p.pid for p in psutil.Process().children()}
         memory = f"{self.policy.worker_memory_limit_mb}MB" if self.policy.worker_memory_limit_mb else 0
         extra: dict[str, Any] = {}
         if security.require_encryption:
@@ -245,6 +249,31 @@ class ClusterHandle:
         if cluster is not None:
             with contextlib.suppress(Exception):
                 cluster.close(timeout=timeout)
+            if self.kind == "local":
+                _reap_stray_workers(self._children_before, wait=5.0 if graceful else 1.0)
+
+
+def _reap_stray_workers(before: set[int], wait: float) -> None:
+    """Kill local worker processes a nanny was still starting when the cluster closed.
+
+    A worker the nanny respawns (after a kill) while the cluster shuts down is
+    not yet registered and can outlive the close; it is a multiprocessing
+    spawn child of this process that was not there before the cluster.
+    """
+    strays = []
+    for child in psutil.Process().children():
+        if child.pid in before:
+            continue
+        try:
+            if "spawn_main" in " ".join(child.cmdline()):
+                strays.append(child)
+        except psutil.Error:
+            continue
+    _, alive = psutil.wait_procs(strays, timeout=wait)
+    for child in alive:
+        with contextlib.suppress(psutil.Error):
+            child.kill()
+    psutil.wait_procs(alive, timeout=5)
 
 
 def _set_allowed_failures(value: int, dask_scheduler: Any = None) -> int:

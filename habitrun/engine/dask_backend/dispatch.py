@@ -247,9 +247,9 @@ class StageDispatch:
         unreported = [p for p, i in enumerate(batch.indices) if i not in self.reported]
         if address in self.shared.restarting or self.stopping_deadline is not None:
             victim = None  # we restarted it on purpose: what was queued there never ran
-        elif batch.running is not None:
+        elif batch.running is not None and batch.worker == address:
             victim = batch.running
-        elif len(batch.indices) == 1 and (batch.worker is not None or self.deaths.get(batch.indices[0], 0) >= 2):
+        elif len(batch.indices) == 1 and (batch.worker == address or self.deaths.get(batch.indices[0], 0) >= 2):
             victim = 0  # it started (or died before saying so three times: it is the one killing workers)
         else:
             victim = -1  # unknown: resend the lot one by one, announced

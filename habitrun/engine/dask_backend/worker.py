@@ -118,6 +118,21 @@ def _pause_worker(worker: Any) -> None:
     worker.loop.add_callback(pause)
 
 
+def _flush(worker: Any, limit_sec: float = 0.2) -> None:
+    """Wait (briefly) until the worker's outgoing message buffer has gone to the socket.
+
+    A subject that kills its worker at once would otherwise take the previous
+    outcomes, still buffered for a few milliseconds, down with it.
+    """
+    deadline = time.monotonic() + limit_sec
+    queued = threading.Event()  # loop callbacks run in order: once this one ran, log_event's ran
+    worker.loop.add_callback(queued.set)
+    queued.wait(limit_sec)
+    stream = getattr(worker, "batched_stream", None)
+    while stream is not None and getattr(stream, "buffer", None) and time.monotonic() < deadline:
+        time.sleep(0.0005)
+
+
 def _cancelled(worker: Any) -> bool:
     try:
         ts = worker.state.tasks.get(worker.get_current_task())
@@ -141,6 +156,7 @@ def run_batch(op: OperatorRef, tasks: Sequence[SubjectTask], ctx: BatchContext) 
         restart: str | None = None
         if runner.retiring is None and ctx.token not in _STOPPED:
             worker.log_event(ctx.topic, {"b": ctx.batch_id, "m": "B", "w": address})
+            _flush(worker)  # the previous outcomes and this "started" must leave before a subject can kill us
         for i, task in enumerate(tasks):
             if runner.retiring is not None or ctx.token in _STOPPED or _cancelled(worker):
                 break
@@ -150,6 +166,7 @@ def run_batch(op: OperatorRef, tasks: Sequence[SubjectTask], ctx: BatchContext) 
             if marked:
                 worker.log_event(ctx.topic, {"b": ctx.batch_id, "m": "D", "i": i, "w": address,
                                              "o": pickle.dumps(wire, protocol=pickle.HIGHEST_PROTOCOL)})
+                _flush(worker)
             restart = _restart_reason(runner, outcome, ctx)
             if restart is not None:
                 runner.retiring = restart
@@ -167,18 +184,20 @@ def run_batch(op: OperatorRef, tasks: Sequence[SubjectTask], ctx: BatchContext) 
 def _watch_one(runner: _SubjectThread, worker: Any, op: OperatorRef, task: SubjectTask, index: int,
                ctx: BatchContext) -> tuple[SubjectOutcome, bool]:
     """Run one subject on the subject thread under its deadline; (outcome, was it announced)."""
+    marked = ctx.suspect
+    if marked:  # announce before starting: a subject that kills its worker at once is still named
+        worker.log_event(ctx.topic, {"b": ctx.batch_id, "m": "R", "i": index, "w": worker.address})
+        _flush(worker)
     start = time.monotonic()
     runner.submit(op, task)
-    marked = False
-    first_wait = 0.0 if ctx.suspect else ctx.mark_after_sec
-    if ctx.timeout_sec is not None:
-        first_wait = min(first_wait, ctx.timeout_sec)
-    try:
-        return runner.outbox.get(timeout=first_wait) if first_wait > 0 else runner.outbox.get_nowait(), False
-    except queue.Empty:
-        pass
-    worker.log_event(ctx.topic, {"b": ctx.batch_id, "m": "R", "i": index, "w": worker.address})
-    marked = True
+    if not marked:
+        first_wait = ctx.mark_after_sec if ctx.timeout_sec is None else min(ctx.mark_after_sec, ctx.timeout_sec)
+        try:
+            return runner.outbox.get(timeout=first_wait), False
+        except queue.Empty:
+            pass
+        worker.log_event(ctx.topic, {"b": ctx.batch_id, "m": "R", "i": index, "w": worker.address})
+        marked = True
     remaining = None if ctx.timeout_sec is None else max(0.0, ctx.timeout_sec - (time.monotonic() - start))
     try:
         return runner.outbox.get(timeout=remaining), marked
