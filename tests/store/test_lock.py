@@ -61,7 +61,7 @@ def test_second_process_is_refused_then_succeeds_after_sigkill(tmp_path: Path, c
     assert read_holder(path) is None  # released cleanly: holder info cleared
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(120)
 def test_a_forked_child_does_not_keep_the_store_locked(tmp_path: Path, child) -> None:
     path = tmp_path / "store.lock"
     proc = child(HOLDER, str(path), "fork")
