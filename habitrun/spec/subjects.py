@@ -12,8 +12,10 @@ from __future__ import annotations
 import csv
 import difflib
 import hashlib
+import io
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -66,35 +68,45 @@ def safe_name(subject_id: str) -> str:
 
 
 class _Rows:
-    """Raw rows of a manifest with the line each came from (for messages)."""
+    """Raw rows of a manifest; each row's ``ref`` maps to its line only when a message needs it."""
 
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, lines: Callable[[], list[int] | None] | None = None) -> None:
         self.source = source
         self.rows: list[tuple[int, dict[str, Any]]] = []
         self.columns: list[str] | None = None
+        self._lines = lines
+        self._known: list[int] | None = None
+
+    def line(self, ref: int) -> int:
+        """Line of the row with ``ref`` (CSV: the ref is the line; lists: the item's index)."""
+        if self._lines is None:
+            return ref
+        if self._known is None:
+            self._known = self._lines() or []
+        return self._known[ref] if ref < len(self._known) else ref + 1
 
 
 def _read_delimited(text: str, source: str, delimiter: str) -> _Rows:
     out = _Rows(source)
-    reader = csv.reader(text.splitlines(keepends=True), delimiter=delimiter)
-    header: list[str] | None = None
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
     problems: list[str] = []
     try:
+        header = next((row for row in reader if any(cell.strip() for cell in row)), None)
+        if header is None:
+            return out
+        header = [c.strip() for c in header]
+        dupes = sorted({c for c in header if header.count(c) > 1})
+        if dupes:
+            raise RecipeError([f"{source}:{reader.line_num}:1: header: column {dupes[0]!r} appears twice"])
+        width = len(header)
+        rows = out.rows
         for row in reader:
-            if not row or all(not cell.strip() for cell in row):
-                continue
-            if header is None:
-                header = [c.strip() for c in row]
-                dupes = sorted({c for c in header if header.count(c) > 1})
-                if dupes:
-                    raise RecipeError([f"{source}:{reader.line_num}:1: header: column {dupes[0]!r} appears twice"])
-                continue
-            if len(row) != len(header):
-                problems.append(f"{source}:{reader.line_num}:1: row has {len(row)} fields, the header has {len(header)}")
+            if len(row) == width:
+                rows.append((reader.line_num, dict(zip(header, row, strict=False))))
+            elif row and any(cell.strip() for cell in row):
+                problems.append(f"{source}:{reader.line_num}:1: row has {len(row)} fields, the header has {width}")
                 if len(problems) >= 20:
                     break
-                continue
-            out.rows.append((reader.line_num, dict(zip(header, row, strict=True))))
     except csv.Error as exc:
         raise RecipeError([f"{source}:{reader.line_num}:1: cannot read the manifest: {exc}"]) from None
     if problems:
@@ -103,19 +115,20 @@ def _read_delimited(text: str, source: str, delimiter: str) -> _Rows:
     return out
 
 
-def _read_records(records: Any, source: str, lines: list[int] | None) -> _Rows:
-    out = _Rows(source)
+def _read_records(records: Any, source: str, lines: Callable[[], list[int] | None]) -> _Rows:
+    out = _Rows(source, lines)
     if not isinstance(records, list):
         raise RecipeError([f"{source}:1:1: expected a list of objects (one per subject), got {type(records).__name__}"])
     problems = []
     for i, record in enumerate(records):
-        line = lines[i] if lines else i + 1
         if not isinstance(record, dict):
-            problems.append(f"{source}:{line}:1: [{i}]: expected an object (one subject's fields), got {type(record).__name__}")
+            problems.append(f"{source}:{out.line(i)}:1: [{i}]: expected an object (one subject's fields), got {type(record).__name__}")
+            if len(problems) >= 20:
+                break
             continue
-        out.rows.append((line, {str(k): v for k, v in record.items()}))
+        out.rows.append((i, {str(k): v for k, v in record.items()}))
     if problems:
-        raise RecipeError(problems[:20])
+        raise RecipeError(problems)
     return out
 
 
@@ -124,13 +137,14 @@ def _read_json(text: str, source: str) -> _Rows:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise RecipeError([f"{source}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}"]) from None
-    return _read_records(data, source, _json_item_lines(text) if isinstance(data, list) else None)
+    return _read_records(data, source, lambda: _json_item_lines(text))
 
 
 def _json_item_lines(text: str) -> list[int] | None:
-    """Line of each top-level item of a JSON list (for messages), cheaply: one pass over the text."""
+    """Line of each top-level item of a JSON list, found by decoding it again (error path only)."""
     decoder = json.JSONDecoder()
-    lines = []
+    lines: list[int] = []
+    line, counted = 1, 0
     i = text.index("[") + 1
     try:
         while True:
@@ -138,7 +152,9 @@ def _json_item_lines(text: str) -> list[int] | None:
                 i += 1
             if i >= len(text) or text[i] == "]":
                 return lines
-            lines.append(text.count("\n", 0, i) + 1)
+            line += text.count("\n", counted, i)
+            counted = i
+            lines.append(line)
             _, i = decoder.raw_decode(text, i)
     except (ValueError, IndexError):
         return None
@@ -154,7 +170,7 @@ def _read_jsonl(text: str, source: str) -> _Rows:
         except json.JSONDecodeError as exc:
             raise RecipeError([f"{source}:{n}:{exc.colno}: not valid JSON: {exc.msg}"]) from None
         lines.append(n)
-    return _read_records(records, source, lines)
+    return _read_records(records, source, lambda: lines)
 
 
 def _read_yaml(text: str, source: str) -> _Rows:
@@ -163,8 +179,8 @@ def _read_yaml(text: str, source: str) -> _Rows:
     data, positions = load_with_positions(text, source)
     if data is None:
         data = []
-    lines = [positions.locate((i,))[0] for i in range(len(data))] if isinstance(data, list) else None
-    return _read_records(data, source, lines)
+    count = len(data) if isinstance(data, list) else 0
+    return _read_records(data, source, lambda: [positions.locate((i,))[0] for i in range(count)])
 
 
 def read_manifest(path: Path, source: str) -> _Rows:
@@ -223,15 +239,18 @@ def load_subjects(loaded: LoadedRecipe) -> list[SubjectRow]:
     problems: list[str] = []
     seen: dict[str, int] = {}
     rows: list[SubjectRow] = []
-    for line, fields in table.rows:
-        subject_id = _id_text(fields.get(id_col))
+    for ref, fields in table.rows:
+        subject_id = fields.get(id_col)
+        if type(subject_id) is not str or not subject_id or subject_id != subject_id.strip():
+            subject_id = _id_text(subject_id)  # the slow path: ints, padding, blanks
         if subject_id is None:
             got = "missing" if id_col not in fields else f"{fields[id_col]!r}"
-            problems.append(f"{source}:{line}:1: {id_col}: a subject needs a non-empty text or integer id, got {got}")
+            problems.append(f"{source}:{table.line(ref)}:1: {id_col}: a subject needs a non-empty text or integer id, got {got}")
         elif subject_id in seen:
-            problems.append(f"{source}:{line}:1: {id_col}: duplicate subject id {subject_id!r} (first on line {seen[subject_id]})")
+            first = table.line(seen[subject_id])
+            problems.append(f"{source}:{table.line(ref)}:1: {id_col}: duplicate subject id {subject_id!r} (first on line {first})")
         else:
-            seen[subject_id] = line
+            seen[subject_id] = ref
             rows.append(SubjectRow(subject_id, fields, safe_name(subject_id)))
         if len(problems) >= 20:
             break
