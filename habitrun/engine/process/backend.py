@@ -1,12 +1,20 @@
 """ProcessBackend: subjects run in worker processes, persistent or one per subject.
 
-One event loop per ``run_tasks`` call waits (``multiprocessing.connection.wait``)
-on every worker's pipe and process sentinel and on the stop flag, with the
-nearest deadline (subject timeout, start timeout, kill escalation, shutdown
-grace) as its timeout: it wakes on a result, a death or a deadline, never on
-a polling tick. Each worker keeps one subject queued ahead of the one it
-runs; replies come back in order, so a death is always charged to the
-subject that was running and the queued one is simply sent again.
+One event loop per ``run_tasks`` call waits (one selector, kept for the
+backend's life, every worker's pipe and process sentinel registered once)
+on the workers and on the stop flag, with the nearest deadline (subject
+timeout, start timeout, kill escalation, shutdown grace) as its timeout: it
+wakes on a result, a death or a deadline, never on a polling tick.
+
+Each worker keeps subjects queued ahead of the one it runs, so it never
+waits for the runner: one when subjects are long, more when they are short
+(about ``TARGET_QUEUED_SEC`` of work, judged from the stage's durations so
+far), sent together in one write and refilled at half depth, so a short
+subject costs a fraction of a wake-up on each side. Replies come back one
+per subject, the moment it ends, in order: a death is always charged to the
+subject that was running and the queued ones are simply sent again. A
+subject's timeout counts from the reply before it (or from its sending,
+when the worker was idle), i.e. from when it started.
 
 Workers live as long as the backend, so consecutive stages reuse them; a
 worker is rebound (BIND) when the stage's operator differs from the one it
@@ -22,7 +30,8 @@ already given). A ``hard`` stop SIGKILLs the running subjects at once.
 from __future__ import annotations
 
 import os
-import pickle
+import select
+import selectors
 import signal
 import threading
 import time
@@ -52,6 +61,9 @@ from habitrun.spec.operators import split_import_path
 from habitrun.spec.policy import RunPolicy
 
 KILL_AFTER_STOP_SEC = 1.0  # SIGTERM -> SIGKILL once a stop's grace period is over
+TARGET_QUEUED_SEC = 0.005  # work queued ahead per worker when subjects are short
+MAX_DEPTH = 64  # runs a worker holds at most (running + queued)
+PER_SUBJECT_COST_SEC = 50e-6  # a worker's own cost per subject, on top of the operator's
 
 
 def _ignore_sigpipe() -> None:
@@ -69,13 +81,13 @@ class ProcessBackend(Backend):
     def __init__(self, policy: RunPolicy) -> None:
         self.policy = policy
         self._isolated = policy.parallel_mode == "isolated"
-        self._depth = 1 if self._isolated else 2
         self._devices = detect_gpus() if policy.cap_workers_to_gpu_pool else []
         self._requested = policy.workers
         self._effective = min(policy.workers, len(self._devices)) if self._devices else policy.workers
         self._launcher = Launcher(policy.start_method, policy.worker_threads)
         self._watchdog = MemoryWatchdog(policy.worker_memory_limit_mb, self._watchdog_kill)
         self._workers: list[Worker] = []
+        self._sel = selectors.DefaultSelector()  # every live worker's pipe and sentinel
         self._oom_events = 0
         self._closed = False
         _ignore_sigpipe()
@@ -132,6 +144,8 @@ class ProcessBackend(Backend):
         proc, conn = self._launcher.start(config, module, op.search_path, close_fds)
         worker = Worker(slot, proc, conn, self._watchdog.watch(proc.pid), now)
         self._workers.append(worker)
+        self._sel.register(worker.fd, selectors.EVENT_READ, (worker, True))
+        self._sel.register(proc.sentinel, selectors.EVENT_READ, (worker, False))
         self.started_pids.append(worker.pid)
         return worker
 
@@ -143,16 +157,29 @@ class ProcessBackend(Backend):
         if self.policy.oom_backoff:
             self._effective = max(1, self._effective - self.policy.oom_reduce_workers_by)
 
+    def _forget_fd(self, fd: int) -> None:
+        try:
+            self._sel.unregister(fd)
+        except (KeyError, ValueError):
+            pass
+
+    def _close_conn(self, worker: Worker) -> None:
+        """No more replies will come: stop watching the pipe (an ended pipe is always 'ready')."""
+        if worker.conn_open:
+            worker.conn_open = False
+            self._forget_fd(worker.fd)
+
     def _bury(self, worker: Worker) -> None:
         """The worker is gone: kill what it left in its group, release everything of it."""
         worker.dead = True
         signal_group(worker.pid, signal.SIGKILL, may_be_leader_only=False)
         self._watchdog.forget(worker.pid)
+        self._close_conn(worker)
+        self._forget_fd(worker.proc.sentinel)
         try:
             worker.conn.close()
         except OSError:
             pass
-        worker.conn_open = False
         worker.proc.join(timeout=1.0)
         self._workers.remove(worker)
 
@@ -197,6 +224,7 @@ class ProcessBackend(Backend):
             wait([w.proc.sentinel for w in pending], timeout=left)
         for w in self._live():
             self._bury(w)
+        self._sel.close()
         self._watchdog.close()
         self._launcher.close()
 
@@ -221,6 +249,8 @@ class _StageRun:
         self.start_fail_streak = 0
         recycle = self.policy.persistent_worker_recycle_after_tasks
         self.recycle = 0 if backend._isolated else recycle
+        self.depth = 1 if backend._isolated else 2
+        self.mean_sec: float | None = None  # running mean of this stage's subject durations
 
     # -------------------------------------------------------------- outcomes
     def finish(self, worker: Worker | None, task: SubjectTask, ok: bool, *, result: Any = None,
@@ -232,6 +262,14 @@ class _StageRun:
         self.owed -= 1
         if not ok and kind == FailureKind.OOM:
             self.b._note_oom()
+        if worker is not None and not self.b._isolated:
+            self.learn(duration)
+
+    def learn(self, duration: float) -> None:
+        """Queue deeper when subjects are short: about TARGET_QUEUED_SEC of work per worker."""
+        mean = duration if self.mean_sec is None else 0.8 * self.mean_sec + 0.2 * duration
+        self.mean_sec = mean
+        self.depth = max(2, min(MAX_DEPTH, int(TARGET_QUEUED_SEC / (mean + PER_SUBJECT_COST_SEC))))
 
     def fail_queue(self, error: str, kind: str) -> None:
         while self.queue:
@@ -249,6 +287,14 @@ class _StageRun:
     # -------------------------------------------------------------- loop
     def run(self) -> None:
         self.b._reap_finished()
+        stop_fd = self.stop.fileno()
+        self.b._sel.register(stop_fd, selectors.EVENT_READ, None)
+        try:
+            self.loop()
+        finally:
+            self.b._forget_fd(stop_fd)
+
+    def loop(self) -> None:
         while True:
             now = time.monotonic()
             self.check_stop(now)
@@ -302,7 +348,7 @@ class _StageRun:
             self.send(w, (P.RETIRE,))
 
     def can_take(self, w: Worker) -> bool:
-        if w.leaving or not w.can_send or len(w.outstanding) >= self.b._depth:
+        if w.leaving or not w.can_send or len(w.outstanding) >= self.depth:
             return False
         if self.b._isolated:
             return w.sent == 0
@@ -312,7 +358,7 @@ class _StageRun:
 
     def spawn_as_needed(self, now: float) -> None:
         active = self.b._active()
-        spare = sum(self.b._depth - len(w.outstanding) for w in active if self.can_take(w))
+        spare = sum(self.depth - len(w.outstanding) for w in active if self.can_take(w))
         while self.queue and len(active) < self.b._effective and len(self.queue) > spare:
             try:
                 w = self.b._spawn(self.op, self.module, now)
@@ -322,7 +368,7 @@ class _StageRun:
                 continue
             self.bind(w, now)
             active.append(w)
-            spare += self.b._depth
+            spare += self.depth
 
     def bind(self, w: Worker, now: float) -> None:
         w.op = self.op
@@ -332,15 +378,27 @@ class _StageRun:
         self.send(w, (P.BIND, self.op))
 
     def fill(self, now: float) -> None:
-        for w in self.b._active():
+        active = self.b._active()
+        for w in active:
             if w.op != self.op:
                 if w.outstanding or not w.can_send:
                     continue
                 self.bind(w, now)
-            while self.queue and self.can_take(w):
+            # Refill at half depth, in one write: a short subject then costs a
+            # fraction of a wake-up on both sides.
+            if not self.queue or len(w.outstanding) > self.depth // 2 or not self.can_take(w):
+                continue
+            # Near the end of the stage, share what is left rather than queue it all on one worker.
+            room = min(self.depth - len(w.outstanding), -(-len(self.queue) // len(active)))
+            if self.recycle:
+                room = min(room, self.recycle - w.successes - len(w.outstanding))
+            if self.b._isolated:
+                room = 1
+            frames: list[bytes] = []
+            while self.queue and len(frames) < room:
                 task = self.queue.popleft()
                 try:
-                    data = P.dumps((P.RUN, task))
+                    data = P.dumps((P.RUN, P.task_tuple(task)))
                 except BaseException as exc:  # noqa: BLE001 - an unpicklable task fails alone
                     self.finish(None, task, False, kind=FailureKind.UNPICKLABLE,
                                 error=f"task is not picklable: {one_line(exc)}")
@@ -349,8 +407,17 @@ class _StageRun:
                     w.head_since = now
                 w.outstanding.append(task)
                 w.sent += 1
-                if not self.send_bytes(w, data):
-                    break
+                frames.append(P.frame(data))
+            if frames:
+                self.write(w, frames[0] if len(frames) == 1 else b"".join(frames))
+
+    def write(self, w: Worker, data: bytes) -> bool:
+        try:
+            P.write_all(w.fd, data)
+            return True
+        except OSError:  # BrokenPipe/ConnectionReset: the worker is dying; its sentinel will say how
+            w.can_send = False
+            return False
 
     def send(self, w: Worker, message: tuple[Any, ...]) -> bool:
         return self.send_bytes(w, P.dumps(message))
@@ -384,45 +451,57 @@ class _StageRun:
         return min(times) if times else None
 
     def wait_and_handle(self) -> None:
-        by_conn: dict[Any, Worker] = {}
-        by_sentinel: dict[Any, Worker] = {}
-        for w in self.b._live():
-            if w.conn_open:
-                by_conn[w.conn] = w
-            by_sentinel[w.proc.sentinel] = w
-        stop_fd = self.stop.fileno()
         deadline = self.next_deadline()
         timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-        ready = wait([*by_conn, *by_sentinel, stop_fd], timeout)
+        events = self.b._sel.select(timeout)
         now = time.monotonic()
-        for obj in ready:
-            if obj in by_conn:
-                self.drain(by_conn[obj], now)
-        for obj in ready:
-            if obj == stop_fd:
+        ended: list[Worker] = []
+        for key, _ in events:
+            if key.data is None:
                 try:
-                    os.read(stop_fd, 4096)
+                    os.read(key.fd, 4096)
                 except OSError:
                     pass
-            elif obj in by_sentinel:
-                w = by_sentinel[obj]
-                if not w.dead and w.proc.exitcode is not None:
-                    self.on_death(w, now)
+                continue
+            w, is_conn = key.data
+            if is_conn:
+                if w.conn_open:
+                    self.read(w, now)
+            else:
+                ended.append(w)
+        for w in ended:
+            if not w.dead and w.proc.exitcode is not None:
+                self.on_death(w, now)
         self.on_deadlines(now)
 
-    def drain(self, w: Worker, now: float) -> None:
+    def read(self, w: Worker, now: float) -> bool:
+        """Handle every reply one read brings; False once the pipe has ended."""
         try:
-            while True:
-                self.on_message(w, P.loads(w.conn.recv_bytes()), now)
-                if not w.conn.poll():
-                    return
-        except (EOFError, OSError):
-            w.conn_open = False
-        except pickle.UnpicklingError as exc:
-            if w.outstanding:
-                task = w.outstanding.popleft()
-                self.finish(w, task, False, kind=FailureKind.UNPICKLABLE,
-                            error=f"result could not be unpickled in the runner: {one_line(exc)}")
+            frames = w.frames.read(w.fd)
+        except OSError:
+            frames = None
+        if frames is None:
+            self.b._close_conn(w)
+            return False
+        for data in frames:
+            try:
+                message = P.loads(data)
+            except Exception as exc:  # noqa: BLE001 - a result the runner cannot rebuild fails its subject
+                if w.outstanding:
+                    self.finish(w, w.outstanding.popleft(), False, kind=FailureKind.UNPICKLABLE,
+                                error=f"result could not be unpickled in the runner: {one_line(exc)}")
+                    w.head_since = now
+                continue
+            self.on_message(w, message, now)
+        return True
+
+    def drain(self, w: Worker, now: float) -> None:
+        """Read what a dead worker sent before dying, without waiting for more."""
+        poller = select.poll()
+        poller.register(w.fd, select.POLLIN)
+        while w.conn_open and poller.poll(0):
+            if not self.read(w, now):
+                return
 
     def on_message(self, w: Worker, msg: tuple[Any, ...], now: float) -> None:
         tag = msg[0]
@@ -445,7 +524,7 @@ class _StageRun:
                 else:
                     self.queue.appendleft(task)
         elif tag == P.DONE and w.outstanding:
-            _, _key, ok, result, error, kind, tb, duration = msg
+            _, ok, result, error, kind, tb, duration = msg
             task = w.outstanding.popleft()
             self.finish(w, task, ok, result=result, error=error, kind=kind, traceback=tb, duration=duration)
             w.head_since = now

@@ -1,26 +1,38 @@
-"""The messages between the runner and a worker, one pickled tuple per message.
+"""The messages between the runner and a worker, one pickled tuple per frame.
 
-Runner -> worker: ``(BIND, op)``, ``(RUN, task)``, ``(RETIRE,)``, ``(EXIT,)``.
+Runner -> worker: ``(BIND, op)``, ``(RUN, task_tuple)``, ``(RETIRE,)``, ``(EXIT,)``.
 Worker -> runner: ``(BOUND,)``, ``(BIND_ERROR, message, traceback)``,
-``(DONE, key, ok, result, error, kind, traceback, duration)``, ``(SKIPPED, key)``.
+``(DONE, ok, result, error, kind, traceback, duration)``, ``(SKIPPED,)``.
 
-Replies to RUN come back in the order the runs were sent, so the runner
+Several RUN frames travel in one write (one wake-up of the worker) when
+subjects are short; each run is still pickled on its own, so a task that
+cannot be pickled or unpickled fails alone. Replies still come one per run, sent the
+moment that run ends and in the order the runs were sent, so the runner
 always knows which subject a reply (or a death) belongs to: the oldest one
 it is still owed. Each side pickles a message itself before sending, so an
 unpicklable task or result becomes that subject's error instead of a stuck
 feeder thread.
+
+Frames are ``multiprocessing.connection``'s (a 4-byte big-endian length, or
+-1 and an 8-byte length for huge ones), so either side may use
+``Connection.send_bytes``; readers use :class:`FrameReader` to take every
+frame that has arrived with one ``read`` call instead of two per message.
 """
 
 from __future__ import annotations
 
+import os
 import pickle
+import struct
 from typing import Any
+
+from habitrun.engine.backend import SubjectTask
 
 BIND = "bind"
 RUN = "run"
 RETIRE = "retire"  # skip every run not yet started, then exit
 EXIT = "exit"
-UNDECODABLE = "undecodable"  # worker-internal: a run that could not be unpickled
+UNDECODABLE = "undecodable"  # worker-internal: a message that could not be unpickled
 
 BOUND = "bound"
 BIND_ERROR = "bind_error"
@@ -28,11 +40,77 @@ DONE = "done"
 SKIPPED = "skipped"
 
 PROTOCOL = pickle.HIGHEST_PROTOCOL
+READ_CHUNK = 1 << 18
 
 
 def dumps(message: tuple[Any, ...]) -> bytes:
     return pickle.dumps(message, protocol=PROTOCOL)
 
 
-def loads(data: bytes) -> tuple[Any, ...]:
+def loads(data: bytes | memoryview) -> tuple[Any, ...]:
     return pickle.loads(data)
+
+
+def task_tuple(task: SubjectTask) -> tuple[Any, ...]:
+    """A task as a plain tuple: cheaper to pickle than the dataclass, rebuilt by :func:`task_from`."""
+    return (task.key, task.subject_id, task.fields, task.inputs, task.workdir, task.log_path, task.attempt)
+
+
+def task_from(t: tuple[Any, ...]) -> SubjectTask:
+    return SubjectTask(*t)
+
+
+_HEADER = struct.Struct("!i")
+_BIG = struct.Struct("!Q")
+_HUGE = 0x7FFFFFFF
+
+
+def frame(payload: bytes) -> bytes:
+    """``payload`` with its length in front, as ``Connection.send_bytes`` frames it."""
+    n = len(payload)
+    if n > _HUGE:
+        return _HEADER.pack(-1) + _BIG.pack(n) + payload
+    return _HEADER.pack(n) + payload
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write every byte (a blocking socket may still take a large buffer in parts)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+class FrameReader:
+    """Splits what arrives on a pipe into frames, whatever the read boundaries."""
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+
+    def read(self, fd: int) -> list[bytes] | None:
+        """One ``read`` of ``fd``: the complete frames it finished, or None at end-of-file."""
+        data = os.read(fd, READ_CHUNK)
+        if not data:
+            return None
+        return self.feed(data)
+
+    def feed(self, data: bytes) -> list[bytes]:
+        buf = self.buf
+        buf += data
+        frames: list[bytes] = []
+        pos = 0
+        end = len(buf)
+        while end - pos >= 4:
+            (size,) = _HEADER.unpack_from(buf, pos)
+            start = pos + 4
+            if size == -1:
+                if end - start < 8:
+                    break
+                (size,) = _BIG.unpack_from(buf, start)
+                start += 8
+            if end - start < size:
+                break
+            frames.append(bytes(buf[start:start + size]))
+            pos = start + size
+        if pos:
+            del buf[:pos]
+        return frames

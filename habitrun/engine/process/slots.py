@@ -10,6 +10,7 @@ from multiprocessing.process import BaseProcess
 
 from habitrun.engine.backend import OperatorRef, SubjectTask
 from habitrun.engine.process.memory import Watched
+from habitrun.engine.process.protocol import FrameReader
 
 
 def signal_group(pid: int, sig: int, *, may_be_leader_only: bool = True) -> None:
@@ -45,6 +46,8 @@ class Worker:
         self.slot = slot
         self.proc = proc
         self.conn = conn
+        self.fd = conn.fileno()
+        self.frames = FrameReader()  # replies that arrived in part
         self.pid: int = proc.pid  # type: ignore[assignment]
         self.watched = watched
         self.op: OperatorRef | None = None

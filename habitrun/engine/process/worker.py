@@ -95,7 +95,11 @@ def _close_forkserver_alive_fd() -> None:
 
 
 class _Inbox:
-    """Messages from the runner, read ahead by a thread; RETIRE takes effect at once."""
+    """Messages from the runner, read ahead by a thread; RETIRE takes effect at once.
+
+    The thread takes every frame that has arrived with one read, so a batch
+    of runs costs the worker one wake-up and one hand-over, not one per run.
+    """
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
@@ -105,25 +109,30 @@ class _Inbox:
         threading.Thread(target=self._read, name="habitrun-inbox", daemon=True).start()
 
     def _read(self) -> None:
+        reader = P.FrameReader()
+        fd = self.conn.fileno()
         while True:
             try:
-                data = self.conn.recv_bytes()
-            except (EOFError, OSError):
+                frames = reader.read(fd)
+            except OSError:
+                frames = None
+            if frames is None:
                 if not self.leaving:
                     _kill_own_group()  # the runner is gone: take everything we started with us
                 return
-            try:
-                message = P.loads(data)
-            except BaseException as exc:  # noqa: BLE001 - a task the worker cannot rebuild
-                self.messages.put((P.UNDECODABLE, one_line(exc)))
-                continue
-            tag = message[0]
-            if tag in (P.RETIRE, P.EXIT):
-                self.retired = self.retired or tag == P.RETIRE
-                self.leaving = True
-                self.messages.put((P.EXIT,))
-                return
-            self.messages.put(message)
+            for data in frames:
+                try:
+                    message = P.loads(data)
+                except BaseException as exc:  # noqa: BLE001 - a message the worker cannot rebuild
+                    self.messages.put((P.UNDECODABLE, one_line(exc)))
+                    continue
+                tag = message[0]
+                if tag in (P.RETIRE, P.EXIT):
+                    self.retired = self.retired or tag == P.RETIRE
+                    self.leaving = True
+                    self.messages.put((P.EXIT,))
+                    return
+                self.messages.put(message)
 
 
 def _send(conn: Connection, message: tuple[Any, ...]) -> None:
@@ -131,19 +140,21 @@ def _send(conn: Connection, message: tuple[Any, ...]) -> None:
 
 
 def _send_outcome(conn: Connection, outcome: SubjectOutcome) -> None:
-    message = (P.DONE, outcome.task.key, outcome.ok, outcome.result, outcome.error, outcome.kind,
+    message = (P.DONE, outcome.ok, outcome.result, outcome.error, outcome.kind,
                outcome.traceback, outcome.duration_sec)
     try:
         data = P.dumps(message)
     except BaseException as exc:  # noqa: BLE001 - whatever pickling raises is the subject's error
-        data = P.dumps((P.DONE, outcome.task.key, False, None,
-                        f"result is not picklable: {one_line(exc)}", FailureKind.UNPICKLABLE,
-                        traceback.format_exc(), outcome.duration_sec))
+        data = P.dumps((P.DONE, False, None, f"result is not picklable: {one_line(exc)}",
+                        FailureKind.UNPICKLABLE, traceback.format_exc(), outcome.duration_sec))
     conn.send_bytes(data)
 
 
-def _failure(key: str | None, error: str, kind: str) -> tuple[Any, ...]:
-    return (P.DONE, key, False, None, error, kind, None, 0.0)
+def _failure(error: str, kind: str) -> tuple[Any, ...]:
+    return (P.DONE, False, None, error, kind, None, 0.0)
+
+
+_SKIPPED = P.dumps((P.SKIPPED,))
 
 
 def worker_main(conn: Connection, config: WorkerConfig) -> None:
@@ -170,20 +181,19 @@ def worker_main(conn: Connection, config: WorkerConfig) -> None:
                 _send(conn, (P.BOUND,))
             continue
         if tag == P.UNDECODABLE:
-            _send(conn, _failure(None, f"task could not be unpickled in the worker: {message[1]}",
+            _send(conn, _failure(f"task could not be unpickled in the worker: {message[1]}",
                                  FailureKind.UNPICKLABLE))
             continue
-        task = message[1]
         if inbox.retired:
-            _send(conn, (P.SKIPPED, task.key))
+            conn.send_bytes(_SKIPPED)
             continue
         if bound is None:
-            _send(conn, _failure(task.key, f"cannot bind operator: {bind_error}", FailureKind.EXCEPTION))
+            _send(conn, _failure(f"cannot bind operator: {bind_error}", FailureKind.EXCEPTION))
             continue
-        outcome = execute(bound, task, capture="fd")
+        outcome = execute(bound, P.task_from(message[1]), capture="fd")
         failures_in_row = 0 if outcome.ok else failures_in_row + 1
         if config.max_consecutive_failures and failures_in_row >= config.max_consecutive_failures:
-            # The runner retires this worker; the run queued behind this one must not start here.
+            # The runner retires this worker; the runs queued behind this one must not start here.
             inbox.retired = True
         _send_outcome(conn, outcome)
         served += 1
