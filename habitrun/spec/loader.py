@@ -8,14 +8,12 @@ for a value set on the command line, ``override 'k=v': field.path: message``).
 from __future__ import annotations
 
 import hashlib
-import io
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from ruamel.yaml import YAML
 
 from habitrun.errors import RecipeError
 from habitrun.spec.interpolate import Interpolator, escape
@@ -23,7 +21,7 @@ from habitrun.spec.messages import problems_of
 from habitrun.spec.overrides import apply_overrides
 from habitrun.spec.policy import RunPolicy
 from habitrun.spec.recipe import Recipe
-from habitrun.spec.yamlpos import Path_, Positions, format_path, load_with_positions
+from habitrun.spec.yamlpos import Path_, Positions, dump_yaml, format_path, load_with_positions
 
 DEFAULT_RUN_DIR = ".habitrun"
 
@@ -82,13 +80,7 @@ class LoadedRecipe:
 
     def resolved_yaml(self) -> str:
         """YAML of :attr:`resolved` that loads back (with ``root=self.root``) to an equal Recipe."""
-        yaml = YAML(typ="safe", pure=True)
-        yaml.default_flow_style = False
-        yaml.sort_base_mapping_type_on_output = False  # type: ignore[assignment]
-        out = io.StringIO()
-        out.write(f"# resolved by habitrun from {self.path}\n")
-        yaml.dump(_escaped(self.resolved), out)
-        return out.getvalue()
+        return f"# resolved by habitrun from {self.path}\n" + dump_yaml(_escaped(self.resolved))
 
 
 def _escaped(data: dict[str, Any]) -> dict[str, Any]:

@@ -228,3 +228,26 @@ def parse_scalar(text: str) -> Any:
     """
     data, _ = load_with_positions(text, "<value>")
     return data
+
+
+def dump_yaml(data: Any) -> str:
+    """Plain data as YAML text that loads back equal.
+
+    Readable UTF-8 normally; ruamel mangles a few characters (a NEL, U+0085,
+    for one), so when the text does not read back equal it is written again
+    with every non-ASCII character escaped.
+    """
+    import io
+
+    for allow_unicode in (True, False):
+        yaml = YAML(typ="safe", pure=True)
+        yaml.default_flow_style = False
+        yaml.allow_unicode = allow_unicode
+        yaml.sort_base_mapping_type_on_output = False  # type: ignore[assignment]
+        out = io.StringIO()
+        yaml.dump(data, out)
+        text = out.getvalue()
+        if allow_unicode and YAML(typ="safe", pure=True).load(text) != data:
+            continue
+        return text
+    raise AssertionError("unreachable")  # pragma: no cover

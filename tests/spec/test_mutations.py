@@ -69,8 +69,10 @@ def _check(text: str, overrides: list[str]) -> None:
         path.write_bytes(text.encode("utf-8", "surrogatepass"))
         try:
             loaded = load_recipe(path, overrides)
+            resolved = folder / "resolved.yaml"
+            resolved.write_text(loaded.resolved_yaml(), encoding="utf-8")
+            assert load_recipe(resolved, root=loaded.root).recipe == loaded.recipe
             load_subjects(loaded)
-            loaded.resolved_yaml()
         except RecipeError as exc:
             assert exc.problems
             for problem in exc.problems:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import io
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -11,6 +9,7 @@ from pydantic import ValidationError
 from ruamel.yaml import YAML
 
 from habitrun.spec.policy import RunPolicy
+from habitrun.spec.yamlpos import dump_yaml
 
 DESIGN_DEFAULTS = {
     "workers": 1,
@@ -108,7 +107,10 @@ policies = st.builds(
 @given(policies)
 def test_dict_and_yaml_round_trip(policy: RunPolicy):
     assert RunPolicy.from_dict(policy.to_dict()) == policy
-    yaml = YAML(typ="safe", pure=True)
-    out = io.StringIO()
-    yaml.dump(policy.to_dict(), out)
-    assert RunPolicy.from_dict(yaml.load(out.getvalue())) == policy
+    text = dump_yaml(policy.to_dict())
+    assert RunPolicy.from_dict(YAML(typ="safe", pure=True).load(text)) == policy
+
+
+def test_yaml_round_trip_of_awkward_text():
+    policy = RunPolicy(force_rerun_subjects=("\x85", "a\u2028b", "é", " x ", "null", "1"), checkpoint_dir="~/x: y")
+    assert RunPolicy.from_dict(YAML(typ="safe", pure=True).load(dump_yaml(policy.to_dict()))) == policy
