@@ -82,13 +82,13 @@ def _check(text: str, overrides: list[str]) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mutated(), OVERRIDES)
 def test_mutated_recipes_raise_only_recipe_error(text: str, overrides: list[str]):
     _check(text, overrides)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.text(max_size=200))
 def test_arbitrary_text_raises_only_recipe_error(text: str):
     _check(text, [])
