@@ -60,3 +60,24 @@ def test_retire_skips_runs_queued_deep_and_they_run_on_a_fresh_worker(make_backe
     assert len(got) == 123
     assert [s for s, o in got.items() if not o.ok] == ["S60", "S61", "S62"]
     assert got["S59"].result["pid"] == got["S62"].worker_pid != got["S63"].result["pid"]
+
+
+@pytest.mark.timeout(90)
+def test_a_stop_with_runs_queued_deep_returns_and_the_rest_runs_in_a_later_call(make_backend, tasks):
+    from habitrun.engine.control import StopFlag
+
+    b = make_backend(workers=2, graceful_shutdown_sec=5)
+    items = tasks(*[{"do": "ok"}] * 1500)
+    stop = StopFlag()
+    seen: list[int] = []
+
+    def on_batch(batch):
+        seen.append(len(batch))
+        if sum(seen) >= 200:
+            stop.set("fail_fast: enough")
+
+    got = run(b, op("act"), items, stop=stop, on_batch=on_batch)
+    assert 200 <= len(got) < 1500 and all(o.ok for o in got.values())
+    rest = [t for t in items if t.subject_id not in got]
+    again = run(b, op("act"), rest)
+    assert sorted(again) == sorted(t.subject_id for t in rest) and all(o.ok for o in again.values())
