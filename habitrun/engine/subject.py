@@ -24,15 +24,16 @@ class Subject:
         self.id = id
         self.fields = fields or {}
         self.inputs = inputs or {}
-        self._workdir = Path(workdir)
+        self._workdir: str | Path = workdir  # a Path only when asked for: most subjects never ask
         self._made = False
 
     @property
     def workdir(self) -> Path:
         if not self._made:
+            self._workdir = Path(self._workdir)
             os.makedirs(self._workdir, exist_ok=True)
             self._made = True
-        return self._workdir
+        return self._workdir  # type: ignore[return-value]
 
     def input(self, stage: str | None = None) -> Any:
         """The result of ``stage``; with one upstream stage, its name may be left out."""
