@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from habitrun.launcher.errorfile import format_user_traceback, record, write_error_file
-from habitrun.launcher.lifeline import die_with_parent
+from habitrun.launcher.lifeline import close_forkserver_alive_fd, die_with_parent
 
 
 @dataclass
@@ -53,19 +53,6 @@ def _reopen_std_streams() -> None:
     sys.stderr = os.fdopen(2, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)
 
 
-def _close_forkserver_alive_fd() -> None:
-    """A fork server's child holds the server's liveness pipe; a rank should not keep the server alive."""
-    fs = sys.modules.get("multiprocessing.forkserver")
-    server = getattr(fs, "_forkserver", None) if fs else None
-    fd = getattr(server, "_forkserver_alive_fd", None)
-    if isinstance(fd, int) and server is not None and getattr(server, "_forkserver_pid", None) is None:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-        server._forkserver_alive_fd = None
-
-
 def run_function_rank(spec: FunctionRankSpec) -> None:
     """Target of the rank's multiprocessing.Process."""
     try:
@@ -73,7 +60,7 @@ def run_function_rank(spec: FunctionRankSpec) -> None:
     except OSError:
         pass
     die_with_parent(spec.parent_pid)
-    _close_forkserver_alive_fd()
+    close_forkserver_alive_fd()
     for fd in spec.close_fds:
         try:
             os.close(fd)

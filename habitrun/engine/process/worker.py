@@ -29,6 +29,7 @@ from habitrun.engine.invoke import BoundOperator, bind_operator, execute, one_li
 from habitrun.engine.process import protocol as P
 from habitrun.engine.process.threads import apply_thread_caps
 from habitrun.errors import HabitrunError
+from habitrun.launcher.lifeline import close_forkserver_alive_fd
 
 PR_SET_PDEATHSIG = 1
 
@@ -75,23 +76,10 @@ def _prepare(config: WorkerConfig) -> None:
             os.close(fd)
         except OSError:
             pass
-    _close_forkserver_alive_fd()
+    close_forkserver_alive_fd()
     apply_thread_caps(config.threads)
     if config.cuda_device is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = config.cuda_device
-
-
-def _close_forkserver_alive_fd() -> None:
-    """A forkserver child holds the server's liveness pipe; let the server exit with the runner."""
-    fs = sys.modules.get("multiprocessing.forkserver")
-    server = getattr(fs, "_forkserver", None) if fs else None
-    fd = getattr(server, "_forkserver_alive_fd", None)
-    if isinstance(fd, int) and server is not None and getattr(server, "_forkserver_pid", None) is None:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-        server._forkserver_alive_fd = None
 
 
 class _Inbox:
