@@ -16,9 +16,8 @@ import io
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from habitrun.errors import RecipeError
 
@@ -31,8 +30,7 @@ _PLAIN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
 _KEEP = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 
 
-@dataclass(frozen=True)
-class SubjectRow:
+class SubjectRow(NamedTuple):
     """One subject: its id, its manifest row, and its file-name-safe id."""
 
     id: str
