@@ -5,12 +5,18 @@ a worker's marker (batch started / subject running / subject done), the stop
 flag, a nanny's out-of-memory kill. So the loop sleeps until something
 happens and never polls.
 
-A batch whose worker died is resolved from its markers: the subject that was
-announced running and not done is the one that died with the worker
-(``oom`` if the nanny killed it for memory, else ``worker_died``); subjects
-that never ran go back in the queue. When the markers cannot say (the death
-came during a fast, unannounced subject), the batch's subjects are resent one
-per task as *suspects*, announced at once, so a second death names its
+A batch whose worker died is resolved from its markers, which the worker
+has the scheduler confirm before going on (see ``worker``), so they are
+exact, not best effort: the subject that was announced running and not done
+is the one that died with the worker (``oom`` if the nanny killed it for
+memory, else ``worker_died``), and so is the only subject of a batch
+announced as started that never ended. A batch whose result had already
+arrived loses nothing. Every other subject of a lost worker was queued or
+finished unannounced, so it is resent, never charged: a worker lost for a
+reason outside the subject (killed from outside, dropped by the scheduler)
+costs nobody a failure. When the markers cannot say which of a batch's fast,
+unannounced subjects was running, its unfinished subjects are resent one per
+task as *suspects*, announced before they start, so a second death names its
 subject. A subject's failure is always an outcome, never a retry here.
 """
 
@@ -73,7 +79,6 @@ class StageDispatch:
         self.suspects: deque[int] = deque()
         self.inflight: dict[int, _Batch] = {}
         self.reported: set[int] = set()
-        self.deaths: dict[int, int] = {}
         self.stopping_deadline: float | None = None
         isolated = policy.parallel_mode == "isolated"
         self.recycle_after = 1 if isolated else policy.persistent_worker_recycle_after_tasks
@@ -184,7 +189,8 @@ class StageDispatch:
         batch.worker = msg.get("w") or batch.worker
         kind = msg.get("m")
         if kind == "R":
-            batch.running = msg["i"]
+            if msg["i"] not in batch.streamed:
+                batch.running = msg["i"]
         elif kind == "E":
             batch.result = pickle.loads(msg["r"])
         elif kind == "D":
@@ -220,19 +226,22 @@ class StageDispatch:
             "stored, run `habitrun resume` once the cluster is back"
         )
 
-    def _batch_result(self, batch: _Batch, res: dict[str, Any]) -> None:
+    def _batch_result(self, batch: _Batch, res: dict[str, Any], *, worker_alive: bool = True) -> None:
         batch.worker = res["worker"]
         self._emit(batch, res["done"])
         self.sizer.observe([w[6] for w in res["done"] if w[6] > 0])
         if self.stopping_deadline is None:
             self.pending.extendleft(reversed([batch.indices[p] for p in res["not_run"]]))
-        if res["restart"]:
+        if res["restart"] and worker_alive:
             self.shared.restart(self.handle, res["worker"])
 
     def _batch_error(self, batch: _Batch, exc: BaseException | None) -> None:
         from distributed.scheduler import KilledWorker
 
         if isinstance(exc, KilledWorker):
+            if batch.result is not None:  # it ended (result confirmed) before its worker died
+                self._batch_result(batch, batch.result, worker_alive=False)
+                return
             last = exc.last_worker
             self._worker_died(batch, str(getattr(last, "address", last)))
             return
@@ -244,38 +253,41 @@ class StageDispatch:
                        for i in batch.indices])
 
     def _worker_died(self, batch: _Batch, address: str) -> None:
-        unreported = [p for p, i in enumerate(batch.indices) if i not in self.reported]
+        """Charge the subject the markers prove was running on ``address``; resend the rest."""
         if address in self.shared.restarting or self.stopping_deadline is not None:
             victim = None  # we restarted it on purpose: what was queued there never ran
-        elif batch.running is not None and batch.worker == address:
-            victim = batch.running
-        elif len(batch.indices) == 1 and (batch.worker == address or self.deaths.get(batch.indices[0], 0) >= 2):
-            victim = 0  # it started (or died before saying so three times: it is the one killing workers)
+        elif batch.worker != address:
+            victim = None  # the batch never started there: it was queued behind another
+        elif batch.running is not None:
+            victim = batch.running  # announced running, never done
+        elif len(batch.indices) == 1:
+            victim = 0  # announced as started and never ended: its only subject was running
         else:
-            victim = -1  # unknown: resend the lot one by one, announced
+            victim = -1  # one of its fast, unannounced subjects was running: find out which
         if victim is not None and victim >= 0 and batch.indices[victim] not in self.reported:
-            index = batch.indices[victim]
-            task = self.tasks[index]
-            oom = self.shared.oom_kill(address, wait=1.0 if self.policy.worker_memory_limit_mb or
-                                       self.handle.kind != "local" else 0.2)
-            if oom is not None:
-                error = (f"out of memory: the Dask worker's resident memory reached {oom / 2**20:.0f} MB, "
-                         "past its limit (worker_memory_limit_mb), and its nanny killed it")
-                kind = FailureKind.OOM
-            else:
-                error = f"the Dask worker {address} running this subject died (killed or crashed)"
-                kind = FailureKind.WORKER_DIED
-            self._deliver([(index, SubjectOutcome(task, False, error=error, kind=kind))])
+            self._charge(batch.indices[victim], address)
         if self.stopping_deadline is not None:
             return
-        rest = [batch.indices[p] for p in unreported if batch.indices[p] not in self.reported]
-        if victim == -1:
-            for i in rest:
-                self.deaths[i] = self.deaths.get(i, 0) + 1
-            self.suspects.extend(rest)
+        rest = [i for i in batch.indices if i not in self.reported]
+        if victim == -1 or (victim is None and batch.suspect):
+            self.suspects.extend(rest)  # resent alone and announced before they start
         else:
             self.pending.extendleft(reversed(rest))
         self.shared.refresh_workers(self.handle)
+
+    def _charge(self, index: int, address: str) -> None:
+        """The subject that was running when ``address`` died: out of memory if its nanny said so."""
+        task = self.tasks[index]
+        oom = self.shared.oom_kill(address, wait=1.0 if self.policy.worker_memory_limit_mb or
+                                   self.handle.kind != "local" else 0.2)
+        if oom is not None:
+            error = (f"out of memory: the Dask worker's resident memory reached {oom / 2**20:.0f} MB, "
+                     "past its limit (worker_memory_limit_mb), and its nanny killed it")
+            kind = FailureKind.OOM
+        else:
+            error = f"the Dask worker {address} running this subject died (killed or crashed)"
+            kind = FailureKind.WORKER_DIED
+        self._deliver([(index, SubjectOutcome(task, False, error=error, kind=kind))])
 
     def _emit(self, batch: _Batch, wires: list[WireOutcome]) -> None:
         pairs = []

@@ -9,11 +9,20 @@ be stopped inside the process, so the batch returns what it has, the worker
 pauses (the scheduler sends it nothing more) and asks the client to restart
 it through its nanny.
 
-Markers (``log_event`` on a per-call topic) tell the client which subject is
+Markers (events on a per-call topic) tell the client which subject is
 running when a worker dies: a subject is announced only once it has run for
 ``mark_after_sec`` (or at once in *suspect* batches), so fast subjects cost
 no messages. A long subject's finished outcome rides along with its "done"
 marker, so it survives a worker dying later in the same batch.
+
+Every marker is *confirmed*: sent as a request to the scheduler and awaited,
+not dropped into the worker's buffered stream. Once the scheduler has
+handled it, it is queued for the client ahead of any news of this worker's
+death, so the client's picture is exact: a batch announced as started ran
+its first subject, a subject announced running and not done was running,
+and a subject never announced never started. A buffered marker can still be
+sitting in the worker when a subject kills it (a loaded machine delays the
+flush), and the client would then blame the wrong subject.
 """
 
 from __future__ import annotations
@@ -118,19 +127,22 @@ def _pause_worker(worker: Any) -> None:
     worker.loop.add_callback(pause)
 
 
-def _flush(worker: Any, limit_sec: float = 0.2) -> None:
-    """Wait (briefly) until the worker's outgoing message buffer has gone to the socket.
+def _mark(worker: Any, ctx: BatchContext, msg: dict[str, Any], confirm_sec: float = 120.0) -> None:
+    """Send one marker to the client through the scheduler and wait until the scheduler has it.
 
-    A subject that kills its worker at once would otherwise take the previous
-    outcomes, still buffered for a few milliseconds, down with it.
+    The scheduler forwards it to the client on the same ordered stream as the
+    news of a task's end or of a worker's death, so whatever happens to this
+    worker next, the client learns it after this marker. Only if the
+    scheduler cannot be reached for ``confirm_sec`` does the marker go the
+    buffered way (the worker is then being lost anyway).
     """
-    deadline = time.monotonic() + limit_sec
-    queued = threading.Event()  # loop callbacks run in order: once this one ran, log_event's ran
-    worker.loop.add_callback(queued.set)
-    queued.wait(limit_sec)
-    stream = getattr(worker, "batched_stream", None)
-    while stream is not None and getattr(stream, "buffer", None) and time.monotonic() < deadline:
-        time.sleep(0.0005)
+    from distributed.utils import sync
+
+    msg = {"b": ctx.batch_id, "w": worker.address, **msg}
+    try:
+        sync(worker.loop, worker.scheduler.log_event, topic=ctx.topic, msg=msg, callback_timeout=confirm_sec)
+    except Exception:  # noqa: BLE001 - best effort beats losing the marker
+        worker.log_event(ctx.topic, msg)
 
 
 def _cancelled(worker: Any) -> bool:
@@ -155,18 +167,15 @@ def run_batch(op: OperatorRef, tasks: Sequence[SubjectTask], ctx: BatchContext) 
         done: list[WireOutcome] = []
         restart: str | None = None
         if runner.retiring is None and ctx.token not in _STOPPED:
-            worker.log_event(ctx.topic, {"b": ctx.batch_id, "m": "B", "w": address})
-            _flush(worker)  # the previous outcomes and this "started" must leave before a subject can kill us
+            _mark(worker, ctx, {"m": "B"})  # the client knows this batch started before its first subject does
         for i, task in enumerate(tasks):
             if runner.retiring is not None or ctx.token in _STOPPED or _cancelled(worker):
                 break
             outcome, marked = _watch_one(runner, worker, op, task, i, ctx)
             wire = _wire(i, outcome)
             done.append(wire)
-            if marked:
-                worker.log_event(ctx.topic, {"b": ctx.batch_id, "m": "D", "i": i, "w": address,
-                                             "o": pickle.dumps(wire, protocol=pickle.HIGHEST_PROTOCOL)})
-                _flush(worker)
+            if marked:  # before the next subject starts: the client must not think this one still runs
+                _mark(worker, ctx, {"m": "D", "i": i, "o": pickle.dumps(wire, protocol=pickle.HIGHEST_PROTOCOL)})
             restart = _restart_reason(runner, outcome, ctx)
             if restart is not None:
                 runner.retiring = restart
@@ -174,10 +183,10 @@ def run_batch(op: OperatorRef, tasks: Sequence[SubjectTask], ctx: BatchContext) 
                 break
         result = {"worker": address, "done": done, "not_run": list(range(len(done), len(tasks))),
                   "restart": restart}
-        # The result travels on the event stream, which reaches the client before the task's
-        # "finished": nothing is left on this worker for a later death to lose (or Dask to recompute).
-        worker.log_event(ctx.topic, {"b": ctx.batch_id, "m": "E", "w": address,
-                                     "r": pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)})
+        # The result is confirmed by the scheduler before the task ends, so it reaches the client
+        # before the task's "finished" (or its worker's death): nothing is left on this worker for a
+        # later death to lose (or Dask to recompute).
+        _mark(worker, ctx, {"m": "E", "r": pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)})
         return None
 
 
@@ -186,8 +195,7 @@ def _watch_one(runner: _SubjectThread, worker: Any, op: OperatorRef, task: Subje
     """Run one subject on the subject thread under its deadline; (outcome, was it announced)."""
     marked = ctx.suspect
     if marked:  # announce before starting: a subject that kills its worker at once is still named
-        worker.log_event(ctx.topic, {"b": ctx.batch_id, "m": "R", "i": index, "w": worker.address})
-        _flush(worker)
+        _mark(worker, ctx, {"m": "R", "i": index})
     start = time.monotonic()
     runner.submit(op, task)
     if not marked:
@@ -196,7 +204,7 @@ def _watch_one(runner: _SubjectThread, worker: Any, op: OperatorRef, task: Subje
             return runner.outbox.get(timeout=first_wait), False
         except queue.Empty:
             pass
-        worker.log_event(ctx.topic, {"b": ctx.batch_id, "m": "R", "i": index, "w": worker.address})
+        _mark(worker, ctx, {"m": "R", "i": index})
         marked = True
     remaining = None if ctx.timeout_sec is None else max(0.0, ctx.timeout_sec - (time.monotonic() - start))
     try:
