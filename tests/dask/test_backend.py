@@ -132,6 +132,19 @@ def test_worker_killed_by_a_signal_is_worker_died_and_nothing_else_is_lost(ops_d
         assert all(o.ok for sid, o in seen.items() if sid != "S005"), {s: (o.kind, o.error) for s, o in seen.items() if not o.ok}
 
 
+@pytest.mark.timeout(180)
+def test_each_worker_death_is_charged_to_its_killer_only(ops_dir: Path, tmp_path: Path) -> None:
+    """Killers right after innocents on the same worker: an innocent's outcome must never die with the worker."""
+    with DaskBackend.from_policy(dask_policy()) as backend:
+        tasks = make_tasks(tmp_path, 12)
+        killers = {"S002", "S006", "S010"}
+        seen = run_all(backend, echo_op(ops_dir, sleep=0.12, die=sorted(killers)), tasks)
+        assert set(seen) == {t.subject_id for t in tasks}
+        failed = {s: (o.kind, o.error) for s, o in seen.items() if not o.ok}
+        assert set(failed) == killers, failed
+        assert all(kind == FailureKind.WORKER_DIED for kind, _ in failed.values()), failed
+
+
 @pytest.mark.timeout(150)
 def test_external_kill_mid_stage_and_soft_stop(ops_dir: Path, tmp_path: Path) -> None:
     with DaskBackend.from_policy(dask_policy()) as backend:
