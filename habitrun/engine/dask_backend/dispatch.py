@@ -11,7 +11,8 @@ exact, not best effort: the subject that was announced running and not done
 is the one that died with the worker (``oom`` if the nanny killed it for
 memory, else ``worker_died``), and so is the only subject of a batch
 announced as started that never ended. A batch whose result had already
-arrived loses nothing. Every other subject of a lost worker was queued or
+arrived loses nothing (and its future is dropped on arrival, so Dask does not
+rerun it when its worker dies before the scheduler hears it finished). Every other subject of a lost worker was queued or
 finished unannounced, so it is resent, never charged: a worker lost for a
 reason outside the subject (killed from outside, dropped by the scheduler)
 costs nobody a failure. When the markers cannot say which of a batch's fast,
@@ -193,6 +194,9 @@ class StageDispatch:
                 batch.running = msg["i"]
         elif kind == "E":
             batch.result = pickle.loads(msg["r"])
+            # The batch has ended: drop the future now, so that if its worker dies before the
+            # scheduler hears of the end, Dask has no reason to rerun the batch elsewhere.
+            batch.future.release()
         elif kind == "D":
             if batch.running == msg["i"]:
                 batch.running = None
@@ -202,19 +206,28 @@ class StageDispatch:
 
     def _finished(self, batch: _Batch) -> None:
         fut = batch.future
+        if batch.result is not None:
+            # Its result arrived (confirmed before the task ended): that is the batch's end, whatever
+            # the future says now (released above, or erred/lost because its worker died since).
+            self._batch_result(batch, batch.result, worker_alive=fut.status not in ("error", "lost"))
+            return
         status = fut.status
         try:
             if status == "finished":
                 fut.release()  # nothing to fetch: the outcomes came as an event (see worker.run_batch)
-                if batch.result is not None:
-                    self._batch_result(batch, batch.result)
-                elif self.stopping_deadline is None:  # cannot happen on an ordered stream; never lose work
+                if self.stopping_deadline is None:  # cannot happen on an ordered stream; never lose work
                     self.pending.extendleft(reversed([i for i in batch.indices if i not in self.reported]))
                 return
             if status == "error":
                 exc = fut.exception()
                 fut.release()
                 self._batch_error(batch, exc)
+                return
+            if status == "lost" and self.stopping_deadline is None:
+                # it finished, but its result never reached us before its worker died: nobody to
+                # charge, nothing proven run; resend (only if the worker could not confirm its markers)
+                fut.release()
+                self.pending.extendleft(reversed([i for i in batch.indices if i not in self.reported]))
                 return
         except Exception as exc:  # noqa: BLE001 - the client lost the scheduler mid-call
             self._batch_error(batch, exc)
@@ -239,9 +252,6 @@ class StageDispatch:
         from distributed.scheduler import KilledWorker
 
         if isinstance(exc, KilledWorker):
-            if batch.result is not None:  # it ended (result confirmed) before its worker died
-                self._batch_result(batch, batch.result, worker_alive=False)
-                return
             last = exc.last_worker
             self._worker_died(batch, str(getattr(last, "address", last)))
             return
