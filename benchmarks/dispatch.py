@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import importlib.util
 import multiprocessing
 import os
 import sys
@@ -154,6 +155,31 @@ def run_spawn_per_subject(n: int, ms: float, workers: int) -> float:
         return time.perf_counter() - t0
 
 
+def run_habitrun_dask(n: int, ms: float, workers: int) -> float:
+    """habitrun's Dask backend on a warm 2-worker local cluster (see dispatch_dask.py)."""
+    from dispatch_dask import run_habitrun_dask as run_on
+
+    from habitrun.engine.dask_backend import DaskBackend
+    from habitrun.spec.policy import RunPolicy
+
+    policy = RunPolicy(backend="dask", workers=workers, subject_timeout_sec=600)
+    with tempfile.TemporaryDirectory() as tmp, DaskBackend.from_policy(policy) as backend:
+        run_on(backend, 8, 0.0, Path(tmp) / "warm")
+        return run_on(backend, n, ms, Path(tmp))
+
+
+def run_dask_client_map(n: int, ms: float, workers: int) -> float:
+    """Plain ``client.map`` on a warm local cluster: no per-subject records, logs or timeouts."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=workers, threads_per_worker=1, host="127.0.0.1", dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        client.gather(client.map(busy_plain, [0.0] * 8, pure=False))
+        t0 = time.perf_counter()
+        client.gather(client.map(busy_plain, [ms] * n, pure=False))
+        return time.perf_counter() - t0
+
+
 COLUMNS = {
     "habitrun-engine": run_habitrun_engine,
     "habitrun-backend": run_habitrun,
@@ -161,6 +187,9 @@ COLUMNS = {
     "mp.Pool.imap": run_mp_pool,
     "joblib-loky": run_joblib,
 }
+if importlib.util.find_spec("distributed") is not None:  # the [dask] extra
+    COLUMNS["habitrun-dask"] = run_habitrun_dask
+    COLUMNS["dask client.map"] = run_dask_client_map
 
 
 def row(name: str, n: int, ms: float, workers: int, wall: float) -> str:
