@@ -21,6 +21,18 @@ from habitrun.store.checkpoint import CheckpointStore
 from tests.conftest import wait_gone
 from tests.engine.study import events, habitrun_cmd, make_study, markers, run_cli
 
+BACKENDS = [
+    pytest.param("process", id="process"),
+    pytest.param("dask", id="dask", marks=pytest.mark.dask),
+]
+
+
+def backend_policy(backend: str) -> dict[str, Any]:
+    """The same behaviour is owed whichever backend runs the subjects."""
+    if backend == "dask":
+        pytest.importorskip("distributed")
+    return {"backend": backend}
+
 
 def _ts(event: dict[str, Any]) -> float:
     ts = event["ts"]
@@ -104,9 +116,10 @@ def test_sigkill_at_random_moments_then_resume_loses_and_repeats_nothing(tmp_pat
         assert sum(1 for what, *_ in entries if what == "end") >= 1, key
 
 
-@pytest.mark.timeout(120)
-def test_sigint_stops_stores_finished_and_exits_130_then_resume_completes(tmp_path: Path) -> None:
-    recipe = make_study(tmp_path / "study", subjects=20, square_params={"sleep": 0.3})
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sigint_stops_stores_finished_and_exits_130_then_resume_completes(tmp_path: Path, backend: str) -> None:
+    recipe = make_study(tmp_path / "study", subjects=20, square_params={"sleep": 0.3}, policy=backend_policy(backend))
     folder = recipe.parent
     proc = start_run(recipe)
     wait_for_done_events(folder, 3, proc)
@@ -162,9 +175,11 @@ def test_foreign_file_where_the_store_should_be_is_refused_and_left_alone(tmp_pa
     assert victim.read_bytes() == before
 
 
-@pytest.mark.timeout(90)
-def test_fail_fast_stops_at_the_first_failure_and_exits_1_naming_it(tmp_path: Path) -> None:
-    recipe = make_study(tmp_path / "study", subjects=30, policy={"on_subject_failure": "fail_fast", "workers": 1},
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_fail_fast_stops_at_the_first_failure_and_exits_1_naming_it(tmp_path: Path, backend: str) -> None:
+    recipe = make_study(tmp_path / "study", subjects=30,
+                        policy={**backend_policy(backend), "on_subject_failure": "fail_fast", "workers": 1},
                         square_params={"fail": ["S002"], "sleep": 0.05})
     result = run_cli("run", str(recipe))
     assert result.returncode == 1, result.stdout + result.stderr
@@ -173,9 +188,10 @@ def test_fail_fast_stops_at_the_first_failure_and_exits_1_naming_it(tmp_path: Pa
     assert len(started) < 30, "fail_fast kept dispatching"
 
 
-@pytest.mark.timeout(90)
-def test_failures_are_isolated_retried_and_downstream_skipped(tmp_path: Path) -> None:
-    recipe = make_study(tmp_path / "study", subjects=6, policy={"auto_retry_rounds": 1},
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_failures_are_isolated_retried_and_downstream_skipped(tmp_path: Path, backend: str) -> None:
+    recipe = make_study(tmp_path / "study", subjects=6, policy={**backend_policy(backend), "auto_retry_rounds": 1},
                         square_params={"fail": ["S001"]})
     result = run_cli("run", str(recipe))
     assert result.returncode == 1, result.stdout + result.stderr
