@@ -21,6 +21,7 @@ The watchdog samples every 0.1 s with a limit and every 0.5 s without one
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
@@ -29,6 +30,62 @@ import psutil
 LIMIT_FRACTION = 0.8
 MACHINE_FRACTION = 0.5
 MB = 1024 * 1024
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def _proc_children(pid: int) -> list[int] | None:
+    """Direct children from /proc/PID/task/*/children (None where the kernel lacks the file)."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    found: list[int] = []
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as handle:
+                found.extend(int(x) for x in handle.read().split())
+        except FileNotFoundError:
+            if tid == str(pid):
+                return None  # no CONFIG_PROC_CHILDREN: use psutil's full scan
+        except OSError:
+            continue
+    return found
+
+
+def _proc_rss(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/statm") as handle:
+            return int(handle.read().split()[1]) * PAGE_SIZE
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def tree_rss_fast(pid: int) -> int | None:
+    """RSS bytes of ``pid`` and its descendants without scanning every process (Linux /proc).
+
+    None when /proc cannot answer (not Linux, or no children files): the caller falls back
+    to psutil. A full ``children(recursive=True)`` reads every process on the machine
+    (about 2 ms with 60 processes), which the runner would pay twice a second per worker.
+    """
+    total = _proc_rss(pid)
+    if total is None:
+        return None
+    stack = _proc_children(pid)
+    if stack is None:
+        return None
+    seen = {pid}
+    while stack:
+        child = stack.pop()
+        if child in seen:
+            continue
+        seen.add(child)
+        rss = _proc_rss(child)
+        if rss is not None:
+            total += rss
+        grandchildren = _proc_children(child)
+        if grandchildren:
+            stack.extend(grandchildren)
+    return total
 
 
 class Watched:
@@ -48,6 +105,11 @@ class Watched:
     def sample(self) -> float | None:
         """Resident MB of the worker and all its descendants (None when it is gone)."""
         if self._proc is None:
+            return None
+        fast = tree_rss_fast(self.pid)
+        if fast is not None:
+            return fast / MB if fast else None
+        if not self._proc.is_running():
             return None
         try:
             total = self._proc.memory_info().rss
