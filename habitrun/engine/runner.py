@@ -387,19 +387,23 @@ class _StudyRunner:
                 ))
         return tasks
 
+    def need_results(self, need: str, members: Sequence[str]) -> Any:
+        """A needed stage's stored results: {subject: result} for a map stage, the one result otherwise."""
+        need_plan = self.plans[need]
+        if need_plan.kind == "map":
+            keys = {sid: need_plan.keys[sid] for sid in members}
+            results = self.store.results(keys.values())
+            return {sid: results.get(key) for sid, key in keys.items()}
+        key = need_plan.keys[GROUP_SUBJECT]
+        return self.store.results([key]).get(key)
+
     def group_inputs(self, stage: StageSpec, plan: StagePlan) -> dict[str, Any]:
         """For a collect stage: subject -> result (one need) or subject -> {need: result}."""
         members = list(plan.members)
         per_need: dict[str, dict[str, Any]] = {}
         for need in stage.needs:
-            need_plan = self.plans[need]
-            if need_plan.kind == "map":
-                keys = {sid: need_plan.keys[sid] for sid in members}
-                results = self.store.results(keys.values())
-                per_need[need] = {sid: results.get(key) for sid, key in keys.items()}
-            else:
-                key = need_plan.keys[GROUP_SUBJECT]
-                per_need[need] = {GROUP_SUBJECT: self.store.results([key]).get(key)}
+            results = self.need_results(need, members)
+            per_need[need] = results if self.plans[need].kind == "map" else {GROUP_SUBJECT: results}
         if len(stage.needs) == 1:
             return per_need[stage.needs[0]]
         return {sid: {need: per_need[need].get(sid) for need in stage.needs} for sid in members}
@@ -427,16 +431,7 @@ class _StudyRunner:
     def run_train(self, stage: StageSpec, plan: StagePlan, policy: Any, counts: StageCounts) -> None:
         from habitrun.engine.train import run_train_stage
 
-        inputs: dict[str, Any] = {}
-        for need in stage.needs:
-            need_plan = self.plans[need]
-            if need_plan.kind == "map":
-                keys = {sid: need_plan.keys[sid] for sid in plan.members}
-                results = self.store.results(keys.values())
-                inputs[need] = {sid: results.get(k) for sid, k in keys.items()}
-            else:
-                key = need_plan.keys[GROUP_SUBJECT]
-                inputs[need] = self.store.results([key]).get(key)
+        inputs = {need: self.need_results(need, plan.members) for need in stage.needs}
         task = SubjectTask(
             key=plan.keys[GROUP_SUBJECT], subject_id=GROUP_SUBJECT, fields={}, inputs=inputs,
             workdir=str(work_dir(self.run_root, stage.name, GROUP_FILE_NAME)),
