@@ -44,24 +44,30 @@ def _resource_tracker_started_early() -> None:
     resource_tracker.ensure_running()
 
 
+def fail_on_leftovers(before: set[int], timeout: float = 10.0) -> None:
+    """Fail (after killing them) if processes started since ``before`` outlive ``timeout``."""
+    started = [pid for pid in _descendants() if pid not in before]
+    leftover = wait_gone(started, timeout=timeout)
+    if not leftover:
+        return
+    details = []
+    for pid in leftover:
+        try:
+            details.append(f"{pid} {' '.join(psutil.Process(pid).cmdline())[:160]}")
+        except psutil.Error:
+            pass
+    for pid in leftover:
+        try:
+            psutil.Process(pid).kill()
+        except psutil.Error:
+            pass
+    if details:
+        pytest.fail("test left processes behind: " + "; ".join(details))
+
+
 @pytest.fixture(autouse=True)
 def no_leftover_children():
     """Every process a test starts must be gone when it ends."""
     before = set(_descendants())
     yield
-    started = [pid for pid in _descendants() if pid not in before]
-    leftover = wait_gone(started, timeout=10.0)
-    if leftover:
-        details = []
-        for pid in leftover:
-            try:
-                details.append(f"{pid} {' '.join(psutil.Process(pid).cmdline())[:120]}")
-            except psutil.Error:
-                pass
-        for pid in leftover:
-            try:
-                psutil.Process(pid).kill()
-            except psutil.Error:
-                pass
-        if details:
-            pytest.fail("test left processes behind: " + "; ".join(details))
+    fail_on_leftovers(before)

@@ -22,7 +22,7 @@ from habitrun.engine.backend import OperatorRef, SubjectOutcome, SubjectTask  # 
 from habitrun.engine.control import StopFlag  # noqa: E402
 from habitrun.engine.dask_backend import DaskBackend  # noqa: E402
 from habitrun.spec.policy import RunPolicy  # noqa: E402
-from tests.conftest import wait_gone  # noqa: E402
+from tests.conftest import fail_on_leftovers, wait_gone  # noqa: E402
 
 OPS = textwrap.dedent('''
     """Operators for the Dask backend tests."""
@@ -73,20 +73,7 @@ def no_leftover_children(request: pytest.FixtureRequest) -> Iterator[None]:
         return
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     yield
-    started = [p.pid for p in psutil.Process().children(recursive=True) if p.pid not in before]
-    leftover = wait_gone(started, timeout=15.0)
-    details = []
-    for pid in leftover:
-        try:
-            details.append(f"{pid} {' '.join(psutil.Process(pid).cmdline())[:160]}")
-        except psutil.Error:
-            pass
-    for pid in leftover:
-        try:
-            psutil.Process(pid).kill()
-        except psutil.Error:
-            pass
-    assert not leftover, f"test left processes behind: {details}"
+    fail_on_leftovers(before, timeout=15.0)
 
 
 @pytest.fixture(scope="module")
