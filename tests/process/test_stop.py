@@ -18,16 +18,20 @@ from tests.process.conftest import OPS_DIR, alive, op, run, wait_gone
 
 
 def test_graceful_stop_lets_running_subjects_finish_and_dispatches_nothing_more(make_backend, tasks):
-    b = make_backend(workers=2, graceful_shutdown_sec=5)
+    # S0 is short, everything else long: when S0's outcome asks to stop, its worker has
+    # just started the run queued behind it and the other worker is on its first.
+    # Those two finish; nothing queued or not yet sent ever starts.
+    b = make_backend(workers=2, graceful_shutdown_sec=30)
     stop = StopFlag()
-    items = tasks(*[{"do": "sleep", "sec": 0.5}] * 10)
+    items = tasks({"do": "sleep", "sec": 0.2}, *[{"do": "sleep", "sec": 2.5}] * 9)
 
     def on_batch(batch):
         stop.set("SIGINT", signum=signal.SIGINT)
 
     got = run(b, op("act"), items, stop=stop, on_batch=on_batch)
-    # the first outcome stops the run; the subject still running on the other worker finishes
-    assert 1 <= len(got) <= 3 and all(o.ok for o in got.values())
+    # a fourth that started would have been let finish too (the grace is 30 s): none did
+    assert "S0" in got and len(got) == 3 and all(o.ok for o in got.values()), sorted(got)
+    assert not wait_gone(list(b.started_pids), timeout=5)
 
 
 def test_graceful_stop_kills_subjects_that_outlast_the_grace_period(make_backend, tasks):
