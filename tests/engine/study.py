@@ -21,8 +21,18 @@ OPS_SOURCE = textwrap.dedent('''
             f.write(f"{what} {time.time():.6f} {os.getpid()}\\n")
 
 
-    def square(subject, marker_dir, sleep=0.0, fail=(), flaky_dir=None):
+    def _wait_for_gate(gate, limit=120.0):
+        deadline = time.monotonic() + limit
+        while not os.path.exists(gate):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"gate {gate} never opened")
+            time.sleep(0.02)
+
+
+    def square(subject, marker_dir, sleep=0.0, fail=(), flaky_dir=None, gate=None):
         _mark(marker_dir, "square", subject.id, "start")
+        if gate:  # hold every subject until the test creates this file
+            _wait_for_gate(gate)
         if sleep:
             time.sleep(sleep)
         if subject.id in fail:

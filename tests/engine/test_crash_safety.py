@@ -137,12 +137,28 @@ def test_sigint_stops_stores_finished_and_exits_130_then_resume_completes(tmp_pa
         assert len(starts) == 1, f"{sid} finished before SIGINT yet ran {len(starts)} times"
 
 
+def wait_for_a_start(folder: Path, proc: subprocess.Popen[str], timeout: float = 60) -> None:
+    """Until a subject has started: the run holds the store lock from before then."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        if any(what == "start" for entries in markers(folder).values() for what, *_ in entries):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"no subject started within {timeout}s (exit code {proc.poll()})")
+
+
 @pytest.mark.timeout(120)
 def test_second_concurrent_run_is_refused_naming_the_holder(tmp_path: Path) -> None:
-    recipe = make_study(tmp_path / "study", subjects=8, square_params={"sleep": 2.0})
+    # The first run's subjects wait on a gate the test opens only after the second run was
+    # refused: however slow the machine, the first run still holds the store then.
+    gate = tmp_path / "gate"
+    recipe = make_study(tmp_path / "study", subjects=8, square_params={"gate": str(gate)})
     first = start_run(recipe, "--quiet")
-    wait_for_done_events(recipe.parent, 1, first)
-    second = run_cli("run", str(recipe))
+    try:
+        wait_for_a_start(recipe.parent, first)
+        second = run_cli("run", str(recipe))
+    finally:
+        gate.touch()
     assert second.returncode == 2, second.stdout + second.stderr
     message = second.stderr + second.stdout
     assert f"pid {first.pid}" in message, message
