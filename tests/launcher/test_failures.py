@@ -166,14 +166,24 @@ def test_keyboard_interrupt_in_a_library_caller_leaves_no_rank(tmp_path, console
     def interrupt(signum, frame):
         raise KeyboardInterrupt
 
+    ready = [tmp_path / "r0.ready", tmp_path / "r1.ready"]
+
+    def interrupt_when_ready():
+        # interrupt once both ranks run (a fixed delay may come before they start on a busy machine)
+        try:
+            _wait_for(ready)
+        finally:
+            os.kill(os.getpid(), signal.SIGALRM)
+
     previous = signal.signal(signal.SIGALRM, interrupt)
-    signal.setitimer(signal.ITIMER_REAL, 1.0)
+    thread = threading.Thread(target=interrupt_when_ready)
+    thread.start()
     try:
         with pytest.raises(KeyboardInterrupt):
             launch(ranks.hang, nprocs=2, log_dir=tmp_path, args=(str(tmp_path),), grace=5, console=console,
                    start_method="forkserver")
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
+        thread.join()
         signal.signal(signal.SIGALRM, previous)
-    pids = [int(p.read_text()) for p in tmp_path.glob("r*.ready")]
+    pids = [int(p.read_text()) for p in ready]
     assert not [p for p in pids if is_alive(p)]
