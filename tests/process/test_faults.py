@@ -12,12 +12,14 @@ from tests.process.conftest import op, run, wait_gone
 
 
 def test_subject_timeout_stops_the_subject_and_gives_the_slot_a_fresh_worker(make_backend, tasks):
-    b = make_backend(workers=2, subject_timeout_sec=1.0, graceful_shutdown_sec=0.5)
-    short = {"do": "sleep", "sec": 0.4}
-    got = run(b, op("act"), tasks(short, {"do": "sleep"}, *[short] * 7))
+    # Short subjects take a sixth of the timeout (a busy machine cannot push one past it);
+    # there are enough of them that some are still queued when S1 times out.
+    b = make_backend(workers=2, subject_timeout_sec=2.0, graceful_shutdown_sec=0.5)
+    short = {"do": "sleep", "sec": 0.3}
+    got = run(b, op("act"), tasks(short, {"do": "sleep"}, *[short] * 11))
     slow = got["S1"]
     assert not slow.ok and slow.kind == FailureKind.TIMEOUT and "subject_timeout_sec" in slow.error
-    assert all(o.ok for s, o in got.items() if s != "S1") and len(got) == 9
+    assert all(o.ok for s, o in got.items() if s != "S1") and len(got) == 13
     assert len(b.started_pids) >= 3  # the timed-out worker was replaced
     assert not psutil.pid_exists(slow.worker_pid) or psutil.Process(slow.worker_pid).status() == psutil.STATUS_ZOMBIE
 
@@ -34,7 +36,8 @@ def test_worker_hanging_on_import_is_a_start_timeout_not_a_hang(make_backend, ta
 
 def test_stopping_a_worker_kills_its_process_group_after_the_grace_period(make_backend, tasks, tmp_path):
     pidfile = tmp_path / "child.pid"
-    b = make_backend(workers=1, subject_timeout_sec=1.0, graceful_shutdown_sec=0.5)
+    # the subject starts its child and writes the pidfile within 2.5 s even on a busy machine
+    b = make_backend(workers=1, subject_timeout_sec=2.5, graceful_shutdown_sec=0.5)
     got = run(b, op("act"), tasks({"do": "child_then_hang", "pidfile": str(pidfile)}, {"do": "ok"}))
     assert got["S0"].kind == FailureKind.TIMEOUT and got["S1"].ok
     child = int(pidfile.read_text())
@@ -77,8 +80,9 @@ def test_memory_watchdog_stops_a_worker_past_its_limit_and_backs_off(make_backen
 
 
 def test_an_unexplained_sigkill_at_high_memory_counts_as_oom(make_backend, tasks):
+    # held for 2 s at 260 MB: the watchdog (a sample every 0.1 s) sees it even on a busy machine
     b = make_backend(workers=1, worker_memory_limit_mb=300)
-    got = run(b, op("act"), tasks({"do": "alloc_then_sigkill", "mb": 260}))
+    got = run(b, op("act"), tasks({"do": "alloc_then_sigkill", "mb": 260, "hold": 2.0}))
     assert got["S0"].kind == FailureKind.OOM and "SIGKILL" in got["S0"].error
 
 

@@ -41,14 +41,15 @@ def test_deaths_among_many_short_subjects_are_charged_to_the_running_one(make_ba
 
 @pytest.mark.timeout(90)
 def test_timeout_counts_from_the_subjects_start_not_from_its_queueing(make_backend, tasks):
-    # Short subjects make the runner queue deep; the 0.8 s ones that follow are then queued
-    # several to a worker, each well within its 1.5 s from its own start but not from its
-    # queueing. The hanging one alone times out; the ones queued behind it are not failed.
-    b = make_backend(workers=2, subject_timeout_sec=1.5, graceful_shutdown_sec=0.5)
-    fields = [{"do": "ok"}] * 200 + [{"do": "sleep", "sec": 0.8}] * 6 + [{"do": "ok"}] * 100
+    # Short subjects make the runner queue deep; the 0.5 s ones that follow are then queued
+    # several to a worker (at least 6 x 0.5 s on one), each well within its 2 s from its own
+    # start (a busy machine cannot push one past it) but not from its queueing. The hanging
+    # one alone times out; the ones queued behind it are not failed.
+    b = make_backend(workers=2, subject_timeout_sec=2.0, graceful_shutdown_sec=0.5)
+    fields = [{"do": "ok"}] * 200 + [{"do": "sleep", "sec": 0.5}] * 12 + [{"do": "ok"}] * 100
     fields[100] = {"do": "sleep"}
     got = run(b, op("act"), tasks(*fields))
-    assert len(got) == 306
+    assert len(got) == 312
     assert got["S100"].kind == FailureKind.TIMEOUT
     assert all(o.ok for s, o in got.items() if s != "S100")
 

@@ -58,7 +58,7 @@ def act(subject):
         _allocate(int(subject.fields["mb"]), hold=float(subject.fields.get("hold", 5)))
         return "survived"
     if do == "alloc_then_sigkill":
-        kept = _allocate(int(subject.fields["mb"]), hold=0.6)
+        kept = _allocate(int(subject.fields["mb"]), hold=float(subject.fields.get("hold", 0.6)))
         os.kill(os.getpid(), signal.SIGKILL)
         return len(kept)
     if do == "unpicklable_result":
