@@ -209,21 +209,32 @@ class CheckpointStore:
 
     # -- writing -----------------------------------------------------------------------------
     def put(self, records: Sequence[Record]) -> None:
-        """Store a batch in one transaction: all of it or (on an error) none of it."""
+        """Store a batch in one transaction: all of it or (on an error) none of it.
+
+        Results go into diskcache's own table in its own format (its ``Disk`` pickles
+        them and spills large ones to files, so :meth:`results` and diskcache read them
+        back), but with one ``executemany`` per batch instead of two statements per
+        result: storing is then about a tenth of a subject's dispatch cost.
+        """
         if not records:
             return
         now = time.time()
+        disk = self._cache.disk
+        values: dict[str, tuple] = {}  # key -> (size, mode, filename, value); the last success wins
         rows = []
-        cache = self._cache
-        with self._transaction() as con:
+        try:
             for rec in records:
                 if _SEP in rec.key:
                     raise StoreError(f"cache key {rec.key!r} contains the reserved character \\x1f")
                 if rec.ok:
                     try:
-                        cache.set(rec.key, rec.result, retry=True)
+                        stored = disk.store(rec.result, False, key=rec.key)
                     except (pickle.PicklingError, TypeError, AttributeError, RecursionError) as exc:
                         raise UnstorableResult(rec, f"{type(exc).__name__}: {exc}") from None
+                    replaced = values.get(rec.key)
+                    if replaced is not None and replaced[2] is not None:
+                        disk.remove(replaced[2])
+                    values[rec.key] = stored
                 rows.append(
                     (
                         rec.key,
@@ -240,7 +251,48 @@ class CheckpointStore:
                         now,
                     )
                 )
-            con.executemany(_UPSERT, rows)
+            with self._cache._transact(retry=True) as (sql, remove_after_commit):
+                self._put_results(sql, values, now, remove_after_commit)
+                self._cache._con.executemany(_UPSERT, rows)
+        except BaseException:
+            for stored in values.values():  # files of a batch that was not written
+                if stored[2] is not None:
+                    disk.remove(stored[2])
+            raise
+
+    def _put_results(self, sql: Any, values: dict[str, tuple], now: float, remove_after_commit: Any) -> None:
+        """Insert or replace results in diskcache's ``Cache`` table (its triggers keep its count and size)."""
+        if not values:
+            return
+        existing = {
+            key: (rowid, filename)
+            for key, rowid, filename in sql(
+                f"SELECT key, rowid, filename FROM Cache WHERE raw = 1 AND key IN {_KEYS_PARAM}",
+                (json.dumps(list(values)),),
+            )
+        }
+        inserts = []
+        updates = []
+        for key, (size, mode, filename, value) in values.items():
+            old = existing.get(key)
+            if old is None:
+                inserts.append((key, now, now, size, mode, filename, value))
+            else:
+                remove_after_commit(old[1])
+                updates.append((now, now, size, mode, filename, value, old[0]))
+        con = self._cache._con
+        if inserts:
+            con.executemany(
+                "INSERT INTO Cache (key, raw, store_time, expire_time, access_time, access_count, tag,"
+                " size, mode, filename, value) VALUES (?, 1, ?, NULL, ?, 0, NULL, ?, ?, ?, ?)",
+                inserts,
+            )
+        if updates:
+            con.executemany(
+                "UPDATE Cache SET store_time = ?, expire_time = NULL, access_time = ?, access_count = 0,"
+                " tag = NULL, size = ?, mode = ?, filename = ?, value = ? WHERE rowid = ?",
+                updates,
+            )
 
     def discard(self, keys: Iterable[str]) -> int:
         """Forget these keys (results and records); returns how many records went."""

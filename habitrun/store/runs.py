@@ -128,11 +128,15 @@ class RunFolder:
         except OSError:
             return 0.0
 
-    def subject_log(self, stage: str, safe: str) -> Path:
-        """Log file of one subject in one stage (the folder is created)."""
+    def stage_log_dir(self, stage: str) -> Path:
+        """The folder of a stage's subject logs (created): ``<folder>/<safe id>.log`` each."""
         folder = self.path / "logs" / stage
         folder.mkdir(parents=True, exist_ok=True)
-        return folder / f"{safe}.log"
+        return folder
+
+    def subject_log(self, stage: str, safe: str) -> Path:
+        """Log file of one subject in one stage (the folder is created)."""
+        return self.stage_log_dir(stage) / f"{safe}.log"
 
     def stage_dir(self, stage: str) -> Path:
         """A stage's own folder in this run (a train stage's attempts go here)."""

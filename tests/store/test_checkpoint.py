@@ -50,6 +50,36 @@ def test_large_result_round_trips(store: CheckpointStore) -> None:
     assert store.results(["big"])["big"] == big
 
 
+def _spilled_files(store: CheckpointStore) -> set[str]:
+    return {str(p.relative_to(store.directory)) for p in store.directory.rglob("*.val")}
+
+
+def test_replacing_a_spilled_result_leaves_one_file_and_diskcache_agrees(store: CheckpointStore) -> None:
+    def big(tag: str) -> dict:
+        return {"blob": tag.encode() * 100_000}
+
+    store.put([ok("a", "big", "S1", big("a")), ok("a", "small", "S2", 1)])
+    first = _spilled_files(store)
+    assert len(first) == 1
+    # replaced in a later batch, and twice within one batch: the last success wins
+    store.put([ok("a", "big", "S1", big("b")), ok("a", "big", "S1", big("c")), ok("a", "small", "S2", 2)])
+    assert store.results(["big", "small"]) == {"big": big("c"), "small": 2}
+    files = _spilled_files(store)
+    assert len(files) == 1 and files != first  # the replaced files are gone
+    cache = store._cache  # diskcache itself reads what put wrote, and its counters add up
+    assert cache["big"] == big("c") and cache["small"] == 2 and len(cache) == 2
+    con = cache._con
+    assert con.execute("SELECT value FROM Settings WHERE key = 'size'").fetchone()[0] == \
+        con.execute("SELECT sum(size) FROM Cache").fetchone()[0] > 100_000
+    assert cache.check() == []  # files, counts and sizes as diskcache expects them
+
+
+def test_a_refused_batch_leaves_no_spilled_file(store: CheckpointStore) -> None:
+    with pytest.raises(UnstorableResult):
+        store.put([ok("a", "big", "S1", {"blob": b"x" * 200_000}), ok("a", "k2", "S2", threading.Lock())])
+    assert _spilled_files(store) == set() and store.states(["big"]) == {}
+
+
 def test_batch_is_all_or_nothing(store: CheckpointStore) -> None:
     batch = [ok("a", "k1", "S1", 1), ok("a", "k2", "S2", threading.Lock()), ok("a", "k3", "S3", 3)]
     with pytest.raises(UnstorableResult) as info:
@@ -144,6 +174,8 @@ def test_sigkill_of_a_writer_loses_no_returned_put(tmp_path: Path, child, batche
         acknowledged = int(line)
     os.kill(proc.pid, signal.SIGKILL)  # mid-loop: likely inside the next put
     proc.wait(timeout=30)
+    for line in proc.stdout.read().splitlines():  # acknowledged before the kill, not yet read by us
+        acknowledged = int(line)
     with CheckpointStore.open(store_dir, create=False) as store:
         done, failed = store.stage_outcomes("a")
         assert not failed
