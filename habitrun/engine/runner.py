@@ -368,6 +368,9 @@ class _StudyRunner:
             return [self.group_task(stage, plan)]
         tasks: list[SubjectTask] = []
         needs = list(stage.needs)
+        # Joined as strings: pathlib per subject costs more than dispatching it.
+        work_root = os.path.join(work_dir(self.run_root, stage.name, ""), "")
+        log_root = os.path.join(self.run.stage_log_dir(stage.name), "")
         for start in range(0, len(to_run), RESULT_BATCH):
             chunk = to_run[start:start + RESULT_BATCH]
             upstream: dict[str, dict[str, Any]] = {}
@@ -382,8 +385,8 @@ class _StudyRunner:
                     subject_id=sid,
                     fields=row.fields,
                     inputs={need: upstream[need][sid] for need in needs},
-                    workdir=str(work_dir(self.run_root, stage.name, row.safe)),
-                    log_path=str(self.run.subject_log(stage.name, row.safe)),
+                    workdir=work_root + row.safe,
+                    log_path=f"{log_root}{row.safe}.log",
                 ))
         return tasks
 
