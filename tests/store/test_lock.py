@@ -22,18 +22,18 @@ lock = StoreLock(Path(sys.argv[1]), what="the test store")
 lock.acquire()
 if len(sys.argv) > 2:  # leave a forked child behind that inherited the descriptor
     pid = os.fork()
-    if pid == 0:
+    if pid == 0:  # the fork hooks have run: say so from here, not from the parent
+        os.write(1, f"child {os.getpid()}\\n".encode())  # one write: the parent writes too
         time.sleep(120)
         os._exit(0)
-    print("child", pid, flush=True)
-print("locked", os.getpid(), flush=True)
+os.write(1, f"locked {os.getpid()}\\n".encode())
 time.sleep(120)
 """
 
 
-def wait_locked(proc) -> dict[str, int]:
+def wait_locked(proc, *words: str) -> dict[str, int]:
     seen: dict[str, int] = {}
-    while "locked" not in seen:
+    while not {"locked", *words} <= seen.keys():
         line = proc.stdout.readline()
         assert line, proc.stderr.read()
         word, pid = line.split()
@@ -65,7 +65,7 @@ def test_second_process_is_refused_then_succeeds_after_sigkill(tmp_path: Path, c
 def test_a_forked_child_does_not_keep_the_store_locked(tmp_path: Path, child) -> None:
     path = tmp_path / "store.lock"
     proc = child(HOLDER, str(path), "fork")
-    seen = wait_locked(proc)
+    seen = wait_locked(proc, "child")
     try:
         os.kill(seen["locked"], signal.SIGKILL)
         proc.wait(timeout=30)
