@@ -29,9 +29,9 @@ OPS_SOURCE = textwrap.dedent('''
             time.sleep(0.02)
 
 
-    def square(subject, marker_dir, sleep=0.0, fail=(), flaky_dir=None, gate=None):
+    def square(subject, marker_dir, sleep=0.0, fail=(), flaky_dir=None, gate=None, gate_from=0):
         _mark(marker_dir, "square", subject.id, "start")
-        if gate:  # hold every subject until the test creates this file
+        if gate and int(subject.fields["n"]) >= gate_from:  # held until the test creates the file
             _wait_for_gate(gate)
         if sleep:
             time.sleep(sleep)
