@@ -88,7 +88,7 @@ def test_mutated_recipes_raise_only_recipe_error(text: str, overrides: list[str]
     _check(text, overrides)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.text(max_size=200))
 def test_arbitrary_text_raises_only_recipe_error(text: str):
     _check(text, [])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 from ruamel.yaml import YAML
@@ -103,7 +103,7 @@ policies = st.builds(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(policies)
 def test_dict_and_yaml_round_trip(policy: RunPolicy):
     assert RunPolicy.from_dict(policy.to_dict()) == policy

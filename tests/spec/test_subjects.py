@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from habitrun.errors import RecipeError
@@ -118,7 +118,7 @@ def test_plain_ids_are_unchanged(subject_id: str):
     assert safe_name(subject_id) == subject_id
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.text(min_size=1, max_size=150), st.text(min_size=1, max_size=150))
 def test_safe_names_are_deterministic_and_unique(a: str, b: str):
     assert safe_name(a) == safe_name(a)
