@@ -10,11 +10,14 @@ Each worker keeps subjects queued ahead of the one it runs, so it never
 waits for the runner: one when subjects are long, more when they are short
 (about ``TARGET_QUEUED_SEC`` of work, judged from the stage's durations so
 far), sent together in one write and refilled at half depth, so a short
-subject costs a fraction of a wake-up on each side. Replies come back one
-per subject, the moment it ends, in order: a death is always charged to the
-subject that was running and the queued ones are simply sent again. A
-subject's timeout counts from the reply before it (or from its sending,
-when the worker was idle), i.e. from when it started.
+subject costs a fraction of a wake-up on each side. Replies come back in
+order, one per subject; a worker holds successes up to ``REPLY_HOLD_SEC``
+while more runs wait behind them, so several share one write and one
+wake-up of the runner (see ``outbox``). What a worker runs right now, and
+since when, its beacon says (shared memory, see ``beacon``): a subject's
+timeout counts from its own start, a death is charged to the subject that
+was running, the ones it finished but had not reported yet are run again,
+and the queued ones are simply sent again.
 
 Workers live as long as the backend, so consecutive stages reuse them; a
 worker is rebound (BIND) when the stage's operator differs from the one it
@@ -51,6 +54,7 @@ from habitrun.engine.backend import (
 from habitrun.engine.control import StopFlag
 from habitrun.engine.invoke import one_line
 from habitrun.engine.process import protocol as P
+from habitrun.engine.process.beacon import Beacon
 from habitrun.engine.process.death import classify_exit
 from habitrun.engine.process.gpu import detect_gpus, device_for_slot
 from habitrun.engine.process.launch import Launcher
@@ -61,7 +65,8 @@ from habitrun.spec.operators import split_import_path
 from habitrun.spec.policy import RunPolicy
 
 KILL_AFTER_STOP_SEC = 1.0  # SIGTERM -> SIGKILL once a stop's grace period is over
-TARGET_QUEUED_SEC = 0.02  # work queued ahead per worker when subjects are short (5 ms: ~15% more runner CPU at w=1 ms)
+TARGET_QUEUED_SEC = 0.06  # work queued ahead per worker when subjects are short (5 ms: ~15% more runner CPU at w=1 ms)
+REPLY_HOLD_SEC = 0.04  # a worker holds a success at most this long to send it with the next ones
 MAX_DEPTH = 64  # runs a worker holds at most (running + queued)
 PER_SUBJECT_COST_SEC = 50e-6  # a worker's own cost per subject, on top of the operator's
 
@@ -139,10 +144,12 @@ class ProcessBackend(Backend):
             cuda_device=device_for_slot(self._devices, slot),
             max_tasks=1 if self._isolated else 0,
             max_consecutive_failures=0 if self._isolated else self.policy.persistent_worker_max_consecutive_failures,
+            reply_hold_sec=0.0 if self._isolated else REPLY_HOLD_SEC,
         )
         close_fds = [w.conn.fileno() for w in self._workers if w.conn_open]
-        proc, conn = self._launcher.start(config, module, op.search_path, close_fds)
-        worker = Worker(slot, proc, conn, self._watchdog.watch(proc.pid), now)
+        beacon = Beacon()
+        proc, conn = self._launcher.start(config, module, op.search_path, close_fds, beacon)
+        worker = Worker(slot, proc, conn, self._watchdog.watch(proc.pid), now, beacon)
         self._workers.append(worker)
         self._sel.register(worker.fd, selectors.EVENT_READ, (worker, True))
         self._sel.register(proc.sentinel, selectors.EVENT_READ, (worker, False))
@@ -279,10 +286,14 @@ class _StageRun:
         """Runs sent to a worker that will not run them: send them again, or drop them when stopping."""
         rest = list(worker.outstanding)
         worker.outstanding.clear()
+        self.requeue(rest)
+
+    def requeue(self, tasks: list[SubjectTask]) -> None:
+        """Run these again (first), or drop them when stopping (a resume runs them)."""
         if self.stopping:
-            self.owed -= len(rest)
+            self.owed -= len(tasks)
         else:
-            self.queue.extendleft(reversed(rest))
+            self.queue.extendleft(reversed(tasks))
 
     # -------------------------------------------------------------- loop
     def run(self) -> None:
@@ -448,7 +459,9 @@ class _StageRun:
                 if w.bind_deadline is not None:
                     times.append(w.bind_deadline)
             elif w.outstanding and timeout is not None:
-                times.append(w.head_since + timeout)
+                _, running, started_at = w.progress()
+                # Nothing running yet: whatever starts next cannot time out before now + timeout.
+                times.append(started_at + timeout if running is not None else time.monotonic() + timeout)
         return min(times) if times else None
 
     def wait_and_handle(self) -> None:
@@ -489,6 +502,7 @@ class _StageRun:
                 message = P.loads(data)
             except Exception as exc:  # noqa: BLE001 - a result the runner cannot rebuild fails its subject
                 if w.outstanding:
+                    w.replies += 1
                     self.finish(w, w.outstanding.popleft(), False, kind=FailureKind.UNPICKLABLE,
                                 error=f"result could not be unpickled in the runner: {one_line(exc)}")
                     w.head_since = now
@@ -519,6 +533,7 @@ class _StageRun:
                 self.fail_queue(f"cannot bind operator: {msg[1]}", FailureKind.EXCEPTION)
         elif tag == P.SKIPPED:
             if w.outstanding:
+                w.replies += 1
                 task = w.outstanding.popleft()
                 if self.stopping:
                     self.owed -= 1
@@ -526,6 +541,7 @@ class _StageRun:
                     self.queue.appendleft(task)
         elif tag == P.DONE and w.outstanding:
             _, ok, result, error, kind, tb, duration = msg
+            w.replies += 1
             task = w.outstanding.popleft()
             self.finish(w, task, ok, result=result, error=error, kind=kind, traceback=tb, duration=duration)
             w.head_since = now
@@ -547,8 +563,14 @@ class _StageRun:
         if w.conn_open:
             self.drain(w, now)
         exitcode = w.proc.exitcode
+        ended, running, started_at = w.progress()
+        lost = [w.outstanding.popleft() for _ in range(ended)]  # ran, but the replies died with it
+        self.requeue(lost)
         if w.outstanding:
+            # The one it was running; when it ran none, the next (so a worker that keeps
+            # dying between subjects still uses them up).
             task = w.outstanding.popleft()
+            since = started_at if running is not None else w.head_since
             kernel_note = None
             if exitcode == -signal.SIGKILL and not w.stop_sent:
                 kernel_note = kernel_oom_note(w.watched, self.policy.worker_memory_limit_mb)
@@ -557,7 +579,7 @@ class _StageRun:
                 death_msg = f"{death.message} while starting (importing or building the operator)"
             else:
                 death_msg = death.message
-            self.finish(w, task, False, kind=death.kind, error=death_msg, duration=now - w.head_since)
+            self.finish(w, task, False, kind=death.kind, error=death_msg, duration=now - since)
             self.give_back(w)
         self.b._bury(w)
 
@@ -572,9 +594,13 @@ class _StageRun:
                 continue
             if w.binding and w.bind_deadline is not None and now >= w.bind_deadline:
                 self.start_timed_out(w, now, spawn_timeout or 0.0)
-            elif not w.binding and w.outstanding and timeout is not None and now >= w.head_since + timeout:
+            elif not w.binding and w.outstanding and timeout is not None:
+                ended, running, started_at = w.progress()
+                if running is None or now < started_at + timeout:
+                    continue
+                self.requeue([w.outstanding.popleft() for _ in range(ended)])  # replies still held: lost with it
                 task = w.outstanding.popleft()
-                self.finish(w, task, False, kind=FailureKind.TIMEOUT, duration=now - w.head_since,
+                self.finish(w, task, False, kind=FailureKind.TIMEOUT, duration=now - started_at,
                             error=f"subject exceeded its subject_timeout_sec of {timeout:g} s")
                 self.give_back(w)
                 w.terminate(now, self.policy.graceful_shutdown_sec)

@@ -24,6 +24,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.context import ForkServerProcess, set_spawning_popen
 from multiprocessing.process import BaseProcess
 
+from habitrun.engine.process.beacon import Beacon
 from habitrun.engine.process.threads import thread_env
 from habitrun.engine.process.worker import WorkerConfig, worker_main
 
@@ -97,17 +98,17 @@ class Launcher:
         self._proven.add((module, tuple(search_path)))
 
     def start(self, config: WorkerConfig, module: str | None, search_path: Sequence[str],
-              close_fds: Sequence[int]) -> tuple[BaseProcess, Connection]:
+              close_fds: Sequence[int], beacon: Beacon) -> tuple[BaseProcess, Connection]:
         """Start one worker; returns the process and the runner's end of its pipe."""
         parent_end, child_end = multiprocessing.Pipe(duplex=True)
         try:
             if self._ctx is None:
-                proc = self._start_forkserver(config, child_end, module, search_path)
+                proc = self._start_forkserver(config, child_end, beacon, module, search_path)
             else:
                 config = replace(config, parent_pid=os.getpid())
                 if self.start_method == "fork":
                     config = replace(config, close_fds=(*close_fds, parent_end.fileno()))
-                proc = self._ctx.Process(target=worker_main, args=(child_end, config),
+                proc = self._ctx.Process(target=worker_main, args=(child_end, config, beacon),
                                          name=f"habitrun-worker-{config.slot}", daemon=False)
                 proc.start()
         except BaseException:
@@ -117,8 +118,8 @@ class Launcher:
             child_end.close()
         return proc, parent_end
 
-    def _start_forkserver(self, config: WorkerConfig, child_end: Connection, module: str | None,
-                          search_path: Sequence[str]) -> BaseProcess:
+    def _start_forkserver(self, config: WorkerConfig, child_end: Connection, beacon: Beacon,
+                          module: str | None, search_path: Sequence[str]) -> BaseProcess:
         preload: tuple[str, ...] = BASE_PRELOAD
         path: tuple[str, ...] = ()
         if module and (module, tuple(search_path)) in self._proven:
@@ -131,7 +132,7 @@ class Launcher:
                 server.ensure_running()
             self._servers[preload + path] = server
         config = replace(config, parent_pid=server._forkserver_pid or -1)
-        proc = _PrivateServerProcess(target=worker_main, args=(child_end, config),
+        proc = _PrivateServerProcess(target=worker_main, args=(child_end, config, beacon),
                                      name=f"habitrun-worker-{config.slot}")
         _launching.server = server
         try:

@@ -9,6 +9,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 
 from habitrun.engine.backend import OperatorRef, SubjectTask
+from habitrun.engine.process.beacon import Beacon
 from habitrun.engine.process.memory import Watched
 from habitrun.engine.process.protocol import FrameReader
 
@@ -37,15 +38,19 @@ def signal_group(pid: int, sig: int, *, may_be_leader_only: bool = True) -> None
 class Worker:
     """One worker: its process, pipe, what it owes us and why it may be ending.
 
-    ``outstanding`` holds the runs sent and not yet answered, oldest first;
-    the oldest is the one running (replies come back in order), the others
-    are queued ahead so the worker never waits for the runner.
+    ``outstanding`` holds the runs sent and not yet answered, oldest first
+    (replies come back in order); the others are queued ahead so the worker
+    never waits for the runner. Which of them runs now, the beacon says (the
+    worker may hold the replies of some it finished): see :meth:`progress`.
     """
 
-    def __init__(self, slot: int, proc: BaseProcess, conn: Connection, watched: Watched, now: float) -> None:
+    def __init__(self, slot: int, proc: BaseProcess, conn: Connection, watched: Watched, now: float,
+                 beacon: Beacon) -> None:
         self.slot = slot
         self.proc = proc
         self.conn = conn
+        self.beacon = beacon
+        self.replies = 0  # runs answered so far (the beacon counts the runs taken)
         self.fd = conn.fileno()
         self.frames = FrameReader()  # replies that arrived in part
         self.pid: int = proc.pid  # type: ignore[assignment]
@@ -64,6 +69,21 @@ class Worker:
         self.conn_open = True
         self.can_send = True
         self.dead = False
+
+    def progress(self) -> tuple[int, int | None, float]:
+        """``(ended, running, started_at)`` from the beacon.
+
+        ``outstanding[:ended]`` finished, their replies still held in the worker;
+        ``outstanding[running]`` has been running since ``started_at`` (``running`` is
+        None when the worker runs nothing now, e.g. between two runs).
+        """
+        reading = self.beacon.read()
+        ahead = min(reading.taken - self.replies, len(self.outstanding))
+        if ahead <= 0:
+            return 0, None, 0.0
+        if reading.running:
+            return ahead - 1, ahead - 1, reading.started_at
+        return ahead, None, 0.0
 
     def terminate(self, now: float, kill_after: float) -> None:
         """SIGTERM to the group now, SIGKILL at ``now + kill_after`` if still alive."""

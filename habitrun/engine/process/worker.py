@@ -27,6 +27,8 @@ from typing import Any
 from habitrun.engine.backend import FailureKind, SubjectOutcome
 from habitrun.engine.invoke import BoundOperator, bind_operator, execute, one_line
 from habitrun.engine.process import protocol as P
+from habitrun.engine.process.beacon import Beacon
+from habitrun.engine.process.outbox import Outbox
 from habitrun.engine.process.threads import apply_thread_caps
 from habitrun.errors import HabitrunError
 from habitrun.launcher.lifeline import close_forkserver_alive_fd
@@ -45,6 +47,7 @@ class WorkerConfig:
     max_tasks: int = 0  # 0: serve until told to exit; 1: isolated mode
     max_consecutive_failures: int = 0  # after this many failures in a row, start nothing more
     close_fds: tuple[int, ...] = ()  # runner-side fds a forked worker inherited
+    reply_hold_sec: float = 0.0  # hold successes this long so several share a write (see outbox)
 
 
 def _kill_own_group(*_: Any) -> None:
@@ -123,37 +126,37 @@ class _Inbox:
                 self.messages.put(message)
 
 
-def _send(conn: Connection, message: tuple[Any, ...]) -> None:
-    conn.send_bytes(P.dumps(message))
-
-
-def _send_outcome(conn: Connection, outcome: SubjectOutcome) -> None:
+def _outcome_message(outcome: SubjectOutcome) -> bytes:
     message = (P.DONE, outcome.ok, outcome.result, outcome.error, outcome.kind,
                outcome.traceback, outcome.duration_sec)
     try:
-        data = P.dumps(message)
+        return P.dumps(message)
     except BaseException as exc:  # noqa: BLE001 - whatever pickling raises is the subject's error
-        data = P.dumps((P.DONE, False, None, f"result is not picklable: {one_line(exc)}",
+        return P.dumps((P.DONE, False, None, f"result is not picklable: {one_line(exc)}",
                         FailureKind.UNPICKLABLE, traceback.format_exc(), outcome.duration_sec))
-    conn.send_bytes(data)
 
 
-def _failure(error: str, kind: str) -> tuple[Any, ...]:
-    return (P.DONE, False, None, error, kind, None, 0.0)
+def _failure(error: str, kind: str) -> bytes:
+    return P.dumps((P.DONE, False, None, error, kind, None, 0.0))
 
 
 _SKIPPED = P.dumps((P.SKIPPED,))
+HOLD_WHILE_QUEUED = 2  # hold a success only while at least this many runs wait behind it
 
 
-def worker_main(conn: Connection, config: WorkerConfig) -> None:
+def worker_main(conn: Connection, config: WorkerConfig, beacon: Beacon) -> None:
     """Entry point of every worker process (persistent or isolated)."""
     _prepare(config)
     inbox = _Inbox(conn)
+    outbox = Outbox(conn.fileno(), 0.0 if config.max_tasks else config.reply_hold_sec)
     bound: BoundOperator | None = None
     bind_error = "no operator was bound"
     served = 0
+    taken = 0  # runs taken from the queue: each gets exactly one reply, in order
     failures_in_row = 0
     while True:
+        if inbox.messages.empty():
+            outbox.flush()  # never sit on replies while waiting for work
         message = inbox.messages.get()
         tag = message[0]
         if tag == P.EXIT:
@@ -164,30 +167,38 @@ def worker_main(conn: Connection, config: WorkerConfig) -> None:
             except BaseException as exc:  # noqa: BLE001 - a bad operator fails its subjects, not us
                 bound = None
                 bind_error = str(exc) if isinstance(exc, HabitrunError) else one_line(exc)
-                _send(conn, (P.BIND_ERROR, bind_error, traceback.format_exc()))
+                outbox.send(P.dumps((P.BIND_ERROR, bind_error, traceback.format_exc())))
             else:
-                _send(conn, (P.BOUND,))
+                outbox.send(P.dumps((P.BOUND,)))
             continue
+        taken += 1
         if tag == P.UNDECODABLE:
-            _send(conn, _failure(f"task could not be unpickled in the worker: {message[1]}",
+            beacon.took(taken, running=False)
+            outbox.send(_failure(f"task could not be unpickled in the worker: {message[1]}",
                                  FailureKind.UNPICKLABLE))
             continue
         if inbox.retired:
-            conn.send_bytes(_SKIPPED)
+            beacon.took(taken, running=False)
+            outbox.send(_SKIPPED)
             continue
         if bound is None:
-            _send(conn, _failure(f"cannot bind operator: {bind_error}", FailureKind.EXCEPTION))
+            beacon.took(taken, running=False)
+            outbox.send(_failure(f"cannot bind operator: {bind_error}", FailureKind.EXCEPTION))
             continue
+        beacon.took(taken, running=True)
         outcome = execute(bound, P.task_from(message[1]), capture="fd")
+        beacon.ended()
         failures_in_row = 0 if outcome.ok else failures_in_row + 1
         if config.max_consecutive_failures and failures_in_row >= config.max_consecutive_failures:
             # The runner retires this worker; the runs queued behind this one must not start here.
             inbox.retired = True
-        _send_outcome(conn, outcome)
+        outbox.send(_outcome_message(outcome),
+                    hold=outcome.ok and inbox.messages.qsize() >= HOLD_WHILE_QUEUED)
         served += 1
         if config.max_tasks and served >= config.max_tasks:
             break
     inbox.leaving = True
+    outbox.flush()
     # Skip interpreter teardown: it can hang on an operator's threads, and nothing is left to flush.
     sys.stdout.flush()
     sys.stderr.flush()

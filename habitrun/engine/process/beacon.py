@@ -1,0 +1,55 @@
+"""What a worker is running, in shared memory: the runner reads it without a message.
+
+A worker holds its replies back for a few milliseconds so that several travel
+in one write (see ``outbox``). The runner then cannot tell from the replies
+alone which subject is running, and it must: a subject's timeout counts from
+its start, and a worker's death is charged to the subject it was running,
+while the ones it finished but had not yet reported are simply run again.
+The beacon answers both: three numbers the worker writes around each run.
+"""
+
+from __future__ import annotations
+
+import time
+from multiprocessing.sharedctypes import RawArray
+from typing import Any, NamedTuple
+
+_TAKEN, _RUNNING, _STARTED_AT = 0, 1, 2
+
+
+class BeaconReading(NamedTuple):
+    taken: int  # runs the worker has taken from its queue (each gets exactly one reply)
+    running: bool  # the last one taken is executing now
+    started_at: float  # time.monotonic() when it started (the clock is the machine's, shared)
+
+
+class Beacon:
+    """Three doubles in shared memory, written by one worker, read by the runner."""
+
+    def __init__(self, array: Any = None) -> None:
+        self.array = RawArray("d", 3) if array is None else array
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Beacon, (self.array,))
+
+    # ------------------------------------------------------------------ worker side
+    def took(self, taken: int, running: bool) -> None:
+        """The worker took its ``taken``-th run; ``running``: it executes it now."""
+        a = self.array
+        if running:
+            a[_STARTED_AT] = time.monotonic()  # before the count: a reader never sees a new count with an old time
+        a[_TAKEN] = taken
+        a[_RUNNING] = 1.0 if running else 0.0
+
+    def ended(self) -> None:
+        self.array[_RUNNING] = 0.0
+
+    # ------------------------------------------------------------------ runner side
+    def read(self) -> BeaconReading:
+        a = self.array
+        while True:
+            taken = a[_TAKEN]
+            running = a[_RUNNING]
+            started_at = a[_STARTED_AT]
+            if a[_TAKEN] == taken:  # the worker did not move on while we read
+                return BeaconReading(int(taken), running != 0.0, started_at)
