@@ -143,6 +143,7 @@ def run_train_stage(
             period=spec.monitor_interval_sec,
             console=console,
             wake=[stop.fileno()],
+            hurry=lambda: stop.hard,  # a second Ctrl-C ends the ranks' grace at once
         )
     except HabitrunError as exc:  # the group could not start (a command not found, ...)
         return outcome(False, None, str(exc), None, 0)

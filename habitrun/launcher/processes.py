@@ -376,11 +376,21 @@ class ProcessContext:
             if any(fd in ready for fd in wake):
                 return None
 
-    def close(self, death_sig: int = signal.SIGTERM, timeout: float | None = None) -> GroupResult:
-        """Stop every rank and its children: ``death_sig``, up to ``timeout`` (the grace), then SIGKILL."""
+    def close(self, death_sig: int = signal.SIGTERM, timeout: float | None = None, *,
+              wake: Sequence[int] = (), hurry: Callable[[], bool] | None = None) -> GroupResult:
+        """Stop every rank and its children: ``death_sig``, up to ``timeout`` (the grace), then SIGKILL.
+
+        With ``hurry``, whenever a ``wake`` fd becomes readable during the grace it is
+        drained and ``hurry()`` asked: True (say, a second Ctrl-C) ends the grace at once.
+        """
         if self._result is not None:
             return self._result
         timeout = self.grace if timeout is None else timeout
+        watch = list(wake) if hurry is not None else []
+        for fd in watch:
+            _drain(fd)  # what woke us already: only what comes later may cut the grace
+        if hurry is not None and hurry():
+            timeout = 0.0  # already asked twice
         self._reap()
         live = self._live()
         for rank in live:
@@ -394,7 +404,14 @@ class ProcessContext:
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            mpc.wait([self._handles[r].wait_fd() for r in self._live()], left)
+            ready = mpc.wait([*(self._handles[r].wait_fd() for r in self._live()), *watch], left)
+            woken = [fd for fd in watch if fd in ready]
+            if woken:
+                for fd in woken:
+                    if not _drain(fd):
+                        watch.remove(fd)  # closed: it cannot wake us again
+                if hurry is not None and hurry():
+                    break
             self._reap()
         for rank in self._handles:
             _signal_group(self._handles[rank].pid, signal.SIGKILL)
@@ -422,6 +439,17 @@ class ProcessContext:
             elif res.failed:
                 res.error = read_error_file(res.error_file)
         return GroupResult(attempt=self.attempt, ranks=dict(self._results))
+
+
+def _drain(fd: int) -> bool:
+    """Read what is waiting on a wake fd (never blocking); False once it is closed or unusable."""
+    try:
+        while mpc.wait([fd], 0):
+            if not os.read(fd, 4096):
+                return False  # end of file
+    except OSError:
+        return False
+    return True
 
 
 def start_processes(

@@ -105,6 +105,7 @@ def launch(
     period: float | None = None,
     console: Console | None = None,
     wake: Sequence[int] = (),
+    hurry: Callable[[], bool] | None = None,
     master_addr: str = "127.0.0.1",
 ) -> LaunchResult:
     """Run ``nprocs`` ranks of ``entrypoint`` until they succeed, fail past ``max_restarts``, time out or are woken.
@@ -113,6 +114,8 @@ def launch(
     ``base_env`` (default: our environment) updated with ``env``. ``timeout``: seconds
     per attempt. ``wake``: file descriptors (a stop flag's) that, once
     readable, stop the group (SIGTERM, ``grace``, SIGKILL) with status interrupted.
+    ``hurry``: asked when a ``wake`` fd becomes readable again during that grace
+    (it is drained first); True (a second Ctrl-C) kills the ranks at once.
     """
     started = time.monotonic()
     log_root = os.path.abspath(os.fspath(log_dir))
@@ -164,7 +167,7 @@ def launch(
                 raise
             if result is None:
                 interrupted = _readable(wake)
-                result = ctx.close(signal.SIGTERM, grace)
+                result = ctx.close(signal.SIGTERM, grace, wake=wake, hurry=hurry)
                 out.attempts.append(result)
                 if interrupted:
                     out.status, out.error = "interrupted", "interrupted"

@@ -45,6 +45,11 @@ def forever():
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     Path(os.environ["HABITRUN_WORKDIR"], f"pids{os.environ['RANK']}").write_text(f"{os.getpid()} {child.pid}")
     time.sleep(120)
+
+
+def stubborn():
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # sits out the whole grace
+    forever()
 '''
 
 CMD_TRAINER = '''
@@ -170,11 +175,11 @@ from habitrun.engine.train import run_train_stage
 from habitrun.spec.policy import RunPolicy
 from habitrun.spec.recipe import StageSpec
 if __name__ == "__main__":
-    stage = StageSpec(name="train", kind="train", needs=("t",), entrypoint="ops.trainer:forever",
+    stage = StageSpec(name="train", kind="train", needs=("t",), entrypoint="ops.trainer:{entry}",
                       launch={{"nproc_per_node": 2}})
     tmp = Path({tmp!r})
     with stop_on_signals(StopFlag()) as stop:
-        out = run_train_stage(stage, RunPolicy(graceful_shutdown_sec=5), stage_dir=tmp / "run",
+        out = run_train_stage(stage, RunPolicy(graceful_shutdown_sec={grace}), stage_dir=tmp / "run",
                               workdir=tmp / "work", inputs={{}}, search_path=({root!r},),
                               run_id="r", stop=stop)
     print("OUTCOME", out.ok, out.error, flush=True)
@@ -185,7 +190,8 @@ if __name__ == "__main__":
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_a_signal_to_habitrun_stops_every_rank_and_child(study, tmp_path, sig):
     script = tmp_path / "habitrun_like.py"
-    script.write_text(HABITRUN_LIKE.format(repo=str(REPO), tmp=str(tmp_path), root=str(study)))
+    script.write_text(HABITRUN_LIKE.format(repo=str(REPO), tmp=str(tmp_path), root=str(study), grace=5,
+                                           entry="forever"))
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
@@ -193,6 +199,35 @@ def test_a_signal_to_habitrun_stops_every_rank_and_child(study, tmp_path, sig):
             assert time.monotonic() < deadline and proc.poll() is None, "ranks never started"
             time.sleep(0.02)
         proc.send_signal(sig)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "OUTCOME False interrupted" in out
+    pids = [int(p) for r in (0, 1) for p in (tmp_path / "work" / f"pids{r}").read_text().split()]
+    deadline = time.monotonic() + 10
+    while any(is_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [p for p in pids if is_alive(p)]
+
+
+@pytest.mark.timeout(90)
+def test_a_second_sigint_ends_the_ranks_grace_at_once(study, tmp_path):
+    # Ranks that ignore SIGTERM would hold the first Ctrl-C for the whole 600 s grace.
+    script = tmp_path / "habitrun_like.py"
+    script.write_text(HABITRUN_LIKE.format(repo=str(REPO), tmp=str(tmp_path), root=str(study), grace=600,
+                                           entry="stubborn"))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not all((tmp_path / "work" / f"pids{r}").exists() for r in (0, 1)):
+            assert time.monotonic() < deadline and proc.poll() is None, "ranks never started"
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(timeout=1.0)  # the first one waits for the ranks, which ignore SIGTERM
+        proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
