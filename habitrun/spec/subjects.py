@@ -255,6 +255,7 @@ def load_subjects(loaded: LoadedRecipe) -> list[SubjectRow]:
     problems += _filter_problems(loaded, seen)
     if problems:
         raise RecipeError(problems)
+    rows = _apart_without_case(rows)
     if spec.include is not None:
         wanted = set(spec.include)
         rows = [r for r in rows if r.id in wanted]
@@ -264,6 +265,28 @@ def load_subjects(loaded: LoadedRecipe) -> list[SubjectRow]:
     if not rows:
         raise RecipeError([f"{loaded.locate(('subjects',))}: include/exclude leave no subjects to run"])
     return rows
+
+
+def _apart_without_case(rows: list[SubjectRow]) -> list[SubjectRow]:
+    """Ids equal but for case (``S1``, ``s1``) get ``~`` and a hash of the id in their safe names.
+
+    Their folders and logs would otherwise be one on a case-insensitive file system
+    (macOS, Windows). Done for the whole manifest before include/exclude, so a
+    subject's folder does not depend on which subjects a run selects.
+    """
+    seen: dict[str, int] = {}
+    for row in rows:
+        folded = row.safe.casefold()
+        seen[folded] = seen.get(folded, 0) + 1
+    if len(seen) == len(rows):
+        return rows
+    out = []
+    for row in rows:
+        if seen[row.safe.casefold()] > 1:
+            digest = hashlib.sha256(row.id.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+            row = row._replace(safe=f"{row.safe[:MAX_SAFE_LEN - 9]}~{digest}")
+        out.append(row)
+    return out
 
 
 def _filter_problems(loaded: LoadedRecipe, known: dict[str, int]) -> list[str]:

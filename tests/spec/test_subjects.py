@@ -135,3 +135,19 @@ def test_hostile_ids_load_from_a_manifest(tmp_path: Path):
     (folder / "m.jsonl").write_text("".join(json.dumps({"subject_id": i}) + "\n" for i in ["../x", "a/b", "ok"]))
     rows = _load(folder, BASE.replace("subjects.csv", "m.jsonl"))
     assert [r.safe for r in rows] == ["%2E.%2Fx", "a%2Fb", "ok"]
+
+
+def test_ids_equal_but_for_case_get_names_apart_on_a_case_insensitive_file_system(tmp_path: Path):
+    folder = tmp_path / "s"
+    make_study(folder)
+    (folder / "m.csv").write_text("subject_id\nS1\ns1\nS2\nAb\naB\n")
+    recipe = BASE.replace("subjects.csv", "m.csv")
+    rows = _load(folder, recipe)
+    safe = {r.id: r.safe for r in rows}
+    assert safe["S2"] == "S2"  # only the ids that would share a folder change
+    assert len({name.casefold() for name in safe.values()}) == 5
+    assert safe["S1"].startswith("S1~") and safe["s1"].startswith("s1~")
+    # the same names whatever a run selects, and on every load
+    picked = _load(folder, recipe, overrides=("subjects.include=[S1]",))
+    assert [(r.id, r.safe) for r in picked] == [("S1", safe["S1"])]
+    assert {r.id: r.safe for r in _load(folder, recipe)} == safe
