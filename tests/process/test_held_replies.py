@@ -12,7 +12,7 @@ from habitrun.engine.control import StopFlag
 from habitrun.engine.process import protocol as P
 from habitrun.engine.process.beacon import Beacon
 from habitrun.engine.process.outbox import Outbox
-from tests.process.conftest import op
+from tests.process.conftest import op, run
 
 
 def _frames(fd: int, want: int, timeout: float) -> list[bytes]:
@@ -78,3 +78,16 @@ def test_replies_held_by_a_worker_are_not_stuck_behind_a_long_subject(make_backe
     b.run_tasks(op("act"), items, report, StopFlag())
     assert len(arrived) == 46
     assert arrived["S39"] < arrived["S40"] - 2.0, (arrived["S39"] - t0, arrived["S40"] - t0)
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("start_method", ["forkserver", "spawn", "fork"])
+def test_the_beacon_is_shared_under_every_start_method(make_backend, tasks, start_method):
+    # Short subjects (replies held) around a death and a hang: only those two fail, and
+    # the hang is stopped by its timeout, which the runner reads from the beacon.
+    b = make_backend(workers=2, start_method=start_method, subject_timeout_sec=2, graceful_shutdown_sec=0.5)
+    fields = [{"do": "ok"}] * 100 + [{"do": "sleep"}] + [{"do": "ok"}] * 50
+    fields[60] = {"do": "sigkill"}
+    got = run(b, op("act"), tasks(*fields))
+    assert len(got) == 151
+    assert {s: o.kind for s, o in got.items() if not o.ok} == {"S60": "worker_died", "S100": "timeout"}
