@@ -11,6 +11,7 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -158,11 +159,7 @@ def test_a_stop_flag_interrupts_the_stage(study, tmp_path, console):
         thread.join()
         stop.close()
     assert not out.ok and out.error == "interrupted"
-    pids = [int(p) for r in (0, 1) for p in (tmp_path / "work" / f"pids{r}").read_text().split()]
-    deadline = time.monotonic() + 10
-    while any(is_alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not [p for p in pids if is_alive(p)]
+    _assert_ranks_and_children_gone(tmp_path)
 
 
 HABITRUN_LIKE = """
@@ -186,59 +183,53 @@ if __name__ == "__main__":
 """
 
 
-@pytest.mark.timeout(90)
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
-def test_a_signal_to_habitrun_stops_every_rank_and_child(study, tmp_path, sig):
+def _signalled_run(study: Path, tmp_path: Path, *, grace: float, entry: str, signals: Callable[[subprocess.Popen], None]) -> str:
+    """Run a habitrun-like train stage in a child process; once both ranks run, ``signals(proc)``."""
     script = tmp_path / "habitrun_like.py"
-    script.write_text(HABITRUN_LIKE.format(repo=str(REPO), tmp=str(tmp_path), root=str(study), grace=5,
-                                           entry="forever"))
+    script.write_text(HABITRUN_LIKE.format(repo=str(REPO), tmp=str(tmp_path), root=str(study), grace=grace,
+                                           entry=entry))
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
         while not all((tmp_path / "work" / f"pids{r}").exists() for r in (0, 1)):
             assert time.monotonic() < deadline and proc.poll() is None, "ranks never started"
             time.sleep(0.02)
-        proc.send_signal(sig)
-        out, _ = proc.communicate(timeout=30)
+        signals(proc)
+        return proc.communicate(timeout=30)[0]
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert "OUTCOME False interrupted" in out
+
+
+def _assert_ranks_and_children_gone(tmp_path: Path) -> None:
     pids = [int(p) for r in (0, 1) for p in (tmp_path / "work" / f"pids{r}").read_text().split()]
     deadline = time.monotonic() + 10
     while any(is_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not [p for p in pids if is_alive(p)]
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_to_habitrun_stops_every_rank_and_child(study, tmp_path, sig):
+    out = _signalled_run(study, tmp_path, grace=5, entry="forever", signals=lambda proc: proc.send_signal(sig))
+    assert "OUTCOME False interrupted" in out
+    _assert_ranks_and_children_gone(tmp_path)
 
 
 @pytest.mark.timeout(90)
 def test_a_second_sigint_ends_the_ranks_grace_at_once(study, tmp_path):
     # Ranks that ignore SIGTERM would hold the first Ctrl-C for the whole 600 s grace.
-    script = tmp_path / "habitrun_like.py"
-    script.write_text(HABITRUN_LIKE.format(repo=str(REPO), tmp=str(tmp_path), root=str(study), grace=600,
-                                           entry="stubborn"))
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 60
-        while not all((tmp_path / "work" / f"pids{r}").exists() for r in (0, 1)):
-            assert time.monotonic() < deadline and proc.poll() is None, "ranks never started"
-            time.sleep(0.02)
+    def twice(proc: subprocess.Popen) -> None:
         proc.send_signal(signal.SIGINT)
         with pytest.raises(subprocess.TimeoutExpired):
             proc.wait(timeout=1.0)  # the first one waits for the ranks, which ignore SIGTERM
         proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+
+    out = _signalled_run(study, tmp_path, grace=600, entry="stubborn", signals=twice)
     assert "OUTCOME False interrupted" in out
-    pids = [int(p) for r in (0, 1) for p in (tmp_path / "work" / f"pids{r}").read_text().split()]
-    deadline = time.monotonic() + 10
-    while any(is_alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not [p for p in pids if is_alive(p)]
+    _assert_ranks_and_children_gone(tmp_path)
 
 
 # -- the demo's training entrypoint -----------------------------------------------------------
