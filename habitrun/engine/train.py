@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -53,14 +54,22 @@ def run_entrypoint(path: str, search_path: tuple[str, ...], stage: str) -> Any:
     return fn()
 
 
+_PLACEHOLDER = re.compile(r"\$\$\{|\$\{([A-Za-z_]+)\}")
+
+
 def substitute(argv: Sequence[str], values: dict[str, str]) -> list[str]:
-    """Replace ``${workdir}``, ``${inputs}``, ``${stage_dir}``, ``${run_id}`` in every argument."""
-    out = []
-    for arg in argv:
-        for name, value in values.items():
-            arg = arg.replace("${" + name + "}", value)
-        out.append(arg)
-    return out
+    """Replace ``${workdir}``, ``${inputs}``, ``${stage_dir}``, ``${run_id}`` in every argument.
+
+    ``$${`` is a literal ``${`` (``$${workdir}`` stays ``${workdir}``), in one left-to-right
+    pass so a value that happens to contain ``${`` is never substituted again.
+    """
+
+    def one(match: re.Match[str]) -> str:
+        if match.group(0) == "$${":
+            return "${"
+        return values.get(match.group(1), match.group(0))
+
+    return [_PLACEHOLDER.sub(one, arg) for arg in argv]
 
 
 def _write_inputs(stage_dir: Path, inputs: dict[str, Any]) -> Path:

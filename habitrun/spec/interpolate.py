@@ -5,7 +5,8 @@ Why here and not in YAML: interpolation runs after command-line overrides, so
 that is exactly one ``${vars.x}`` takes the variable's own type (a number
 stays a number); inside a longer string it is written as text. ``$${`` is a
 literal ``${``. Inside a train stage's ``command`` the run-time placeholders
-(``${workdir}`` ...) are left for the engine to fill.
+(``${workdir}`` ...) are left for the engine to fill, and so is ``$${`` (the
+engine makes it a literal ``${``).
 """
 
 from __future__ import annotations
@@ -89,6 +90,8 @@ class Interpolator:
             value = self.expression(whole.group(1), path, runtime_ok)
             if value is _MISSING:
                 return text
+            if runtime_ok and isinstance(value, str) and whole.group(1).strip() not in RUNTIME_PLACEHOLDERS:
+                return value.replace("${", "$${")  # a value is literal text for the engine too
             return value
         pieces: list[str] = []
         last = 0
@@ -97,7 +100,8 @@ class Interpolator:
             last = match.end()
             token = match.group(0)
             if token == "$${":
-                pieces.append("${")
+                # Inside a train command the engine still reads placeholders: keep the escape for it.
+                pieces.append("$${" if runtime_ok else "${")
                 continue
             if match.group(1) is None:
                 self.report(path, f"'${{' without a closing '}}' in {text!r} (write '$${{' for a literal '${{')")
@@ -108,7 +112,10 @@ class Interpolator:
             if isinstance(value, (dict, list)):
                 self.report(path, f"'{token}' is a {type(value).__name__} and cannot be part of a longer string")
                 return text
-            pieces.append(_as_text(value))
+            if runtime_ok and match.group(1).strip() not in RUNTIME_PLACEHOLDERS:
+                pieces.append(_as_text(value).replace("${", "$${"))  # literal for the engine too
+            else:
+                pieces.append(_as_text(value))
         pieces.append(text[last:])
         return "".join(pieces)
 
@@ -177,13 +184,13 @@ def _as_text(value: Any) -> str:
 
 
 def escape(text: str, runtime_ok: bool = False) -> str:
-    """Inverse of interpolation for a literal string: ``${`` -> ``$${``, run-time placeholders kept."""
-    if "${" not in text:
+    """Inverse of interpolation for a literal string: ``${`` -> ``$${``.
+
+    A train command's strings (``runtime_ok``) are already in the engine's own
+    terms (``${workdir}`` a placeholder, ``$${`` a literal ``${``), which
+    interpolation reads back unchanged.
+    """
+    if "${" not in text or runtime_ok:
         return text
 
-    def repl(match: re.Match[str]) -> str:
-        if runtime_ok and match.group(1) in RUNTIME_PLACEHOLDERS:
-            return match.group(0)
-        return "$" + match.group(0)
-
-    return re.sub(r"\$\{([^{}]*)\}|\$\{", repl, text)
+    return text.replace("${", "$${")

@@ -107,6 +107,15 @@ def test_command_stage_substitutes_and_reads_result_json(study, tmp_path, consol
     assert out.ok and out.result == {"workdir": str(tmp_path / "work")}
 
 
+def test_command_placeholders_fill_in_one_pass_and_double_dollar_is_literal():
+    from habitrun.engine.train import substitute
+
+    values = {"workdir": "/w/${run_id}", "run_id": "r1"}
+    argv = ["--out", "${workdir}/m.pt", "$${workdir}", "${run_id}$${x}", "${unknown}", "$$", "${HOME}"]
+    assert substitute(argv, values) == ["--out", "/w/${run_id}/m.pt", "${workdir}", "r1${x}", "${unknown}", "$$",
+                                        "${HOME}"]
+
+
 def test_failing_entrypoint_reports_the_root_cause_after_restarts(study, tmp_path, console):
     out = _run(_stage(entrypoint="ops.trainer:broken", launch={"nproc_per_node": 2, "max_restarts": 1}),
                study, tmp_path, console=console)

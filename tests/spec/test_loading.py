@@ -120,7 +120,7 @@ def test_interpolation_problems_are_collected(tmp_path: Path):
 def test_runtime_placeholders_stay_in_train_commands(tmp_path: Path):
     loaded = load_recipe(make_study(tmp_path / "s", TRAIN))
     assert loaded.recipe.stage("fit").command == (
-        "python", "train.py", "--out", "${workdir}/m.pt", "--in", "${inputs}", "--bins", "8", "${HOME}",
+        "python", "train.py", "--out", "${workdir}/m.pt", "--in", "${inputs}", "--bins", "8", "$${HOME}",
     )
 
 
@@ -170,3 +170,20 @@ def test_alias_bomb_is_refused(tmp_path: Path):
     path.write_text("vars:\n  " + bomb.replace("\n", "\n  ") + "\nhabitrun: 1\n")
     with pytest.raises(RecipeError, match="expands to more than"):
         load_recipe(path)
+
+
+def test_a_train_command_keeps_literal_dollar_braces_through_resolve_and_substitution(tmp_path: Path):
+    from habitrun.engine.train import substitute
+
+    recipe = TRAIN.replace('"$${HOME}"]', '"$${workdir}", "${vars.tpl}", "x=${vars.tpl}"]').replace(
+        "vars: {bins: 8}", 'vars: {bins: 8, tpl: "$${run_id}"}', 1)
+    loaded = load_recipe(make_study(tmp_path / "s", recipe))
+    command = loaded.recipe.stage("fit").command
+    run_folder = tmp_path / "run"
+    run_folder.mkdir()
+    (run_folder / "recipe.resolved.yaml").write_text(loaded.resolved_yaml())
+    again = load_recipe(run_folder / "recipe.resolved.yaml", root=loaded.root)
+    assert again.recipe.stage("fit").command == command
+    argv = substitute(command, {"workdir": "/w", "inputs": "/i.json", "stage_dir": "/s", "run_id": "r1"})
+    # ${workdir} filled; $${workdir} and a variable's literal ${run_id} stay literal
+    assert argv[-4:] == ["8", "${workdir}", "${run_id}", "x=${run_id}"] and argv[3] == "/w/m.pt"
