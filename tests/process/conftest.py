@@ -94,8 +94,9 @@ def make_backend() -> Iterator[Callable[..., ProcessBackend]]:
     made: list[ProcessBackend] = []
 
     def factory(**fields: Any) -> ProcessBackend:
-        fields.setdefault("subject_timeout_sec", 30)
-        fields.setdefault("subject_spawn_timeout_sec", 30)
+        # "did not hang" bounds: a worker starting on a starved machine can take many seconds
+        fields.setdefault("subject_timeout_sec", 60)
+        fields.setdefault("subject_spawn_timeout_sec", 60)
         fields.setdefault("graceful_shutdown_sec", 2)
         b = ProcessBackend.from_policy(RunPolicy(**fields))
         made.append(b)
