@@ -29,7 +29,7 @@ from habitrun.store.checkpoint import CheckpointStore, Record, UnstorableResult
 EmitFn = Callable[[list[dict[str, Any]]], None]
 _FLUSH = object()
 _STOP = object()
-GROUP_COMMIT_SEC = 0.01  # at most this long between an outcome's arrival and its commit
+GROUP_COMMIT_SEC = 0.05  # at most this long between an outcome's arrival and its commit
 
 
 class Recorder:

@@ -36,6 +36,7 @@ from habitrun.store.guard import (
     StoreDirState,
     inspect_store_dir,
 )
+from habitrun.store.jsontext import compact
 
 _RECORDS = "habitrun_record"
 
@@ -246,7 +247,7 @@ class CheckpointStore:
                         None if rec.ok else rec.kind,
                         rec.log_path,
                         rec.run_id,
-                        json.dumps(rec.components, separators=(",", ":"), default=str),
+                        compact(rec.components),
                         float(rec.duration_sec),
                         now,
                     )

@@ -14,6 +14,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from habitrun.store.jsontext import compact
+
 
 class EventLog:
     """Append-only JSON-lines file; each ``write``/``write_many`` is one flushed append."""
@@ -38,7 +40,7 @@ class EventLog:
     @staticmethod
     def _line(event: dict[str, Any], now: float) -> str:
         stamped = {"ts": round(now, 6), **event}
-        return json.dumps(stamped, separators=(",", ":"), default=str, ensure_ascii=False) + "\n"
+        return compact(stamped) + "\n"
 
     def write(self, event: dict[str, Any]) -> None:
         """Append one event with a ``ts`` (Unix seconds)."""
