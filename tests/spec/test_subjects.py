@@ -151,3 +151,13 @@ def test_ids_equal_but_for_case_get_names_apart_on_a_case_insensitive_file_syste
     picked = _load(folder, recipe, overrides=("subjects.include=[S1]",))
     assert [(r.id, r.safe) for r in picked] == [("S1", safe["S1"])]
     assert {r.id: r.safe for r in _load(folder, recipe)} == safe
+
+
+def test_one_unusual_id_among_plain_ones_still_gets_its_encoded_name(tmp_path: Path):
+    folder = tmp_path / "s"
+    make_study(folder)
+    ids = ["P1", "a\nb", "P2", "x" * 101, "../up"]
+    (folder / "m.json").write_text(json.dumps([{"subject_id": i} for i in ids]))
+    rows = _load(folder, BASE.replace("subjects.csv", "m.json"))
+    assert [(r.id, r.safe) for r in rows] == [(i, safe_name(i)) for i in ids]
+    assert rows[0].safe == "P1" and rows[1].safe == "a%0Ab"
