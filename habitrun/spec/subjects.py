@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from habitrun.errors import RecipeError
+from habitrun.spec.gcpause import gc_paused
 
 if TYPE_CHECKING:
     from habitrun.spec.loader import LoadedRecipe
@@ -216,6 +217,11 @@ def load_subjects(loaded: LoadedRecipe) -> list[SubjectRow]:
     column, an empty or duplicate id, an empty manifest, an include/exclude
     id that is not in the manifest, or filters that leave no subject.
     """
+    with gc_paused():
+        return _load_subjects(loaded)
+
+
+def _load_subjects(loaded: LoadedRecipe) -> list[SubjectRow]:
     spec = loaded.recipe.subjects
     path = Path(spec.manifest).expanduser()
     path = path if path.is_absolute() else loaded.root / path

@@ -161,3 +161,20 @@ def test_one_unusual_id_among_plain_ones_still_gets_its_encoded_name(tmp_path: P
     rows = _load(folder, BASE.replace("subjects.csv", "m.json"))
     assert [(r.id, r.safe) for r in rows] == [(i, safe_name(i)) for i in ids]
     assert rows[0].safe == "P1" and rows[1].safe == "a%0Ab"
+
+
+def test_the_cycle_collector_is_back_on_after_loading_even_after_an_error(tmp_path: Path):
+    import gc
+
+    assert gc.isenabled()
+    assert len(_load(tmp_path / "a")) == 3
+    assert gc.isenabled()
+    with pytest.raises(RecipeError):
+        _load(tmp_path / "b", overrides=("subjects.include=[S1]", "subjects.exclude=[S1]"))
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        _load(tmp_path / "c")
+        assert not gc.isenabled()  # a caller that had paused it keeps it paused
+    finally:
+        gc.enable()
