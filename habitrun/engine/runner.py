@@ -305,7 +305,6 @@ class _StudyRunner:
                          kind="collect" if stage.kind == "collect" else "map",
                          search_path=self.loaded.search_path)
         backend = self.backends.for_policy(policy)
-        (self.run.path / "logs" / stage.name).mkdir(parents=True, exist_ok=True)
         tasks = self.build_tasks(stage, plan, to_run)
         rounds = policy.auto_retry_rounds
         fail_fast = policy.on_subject_failure == "fail_fast"

@@ -29,9 +29,6 @@ class Beacon:
     def __init__(self, array: Any = None) -> None:
         self.array = RawArray("d", 3) if array is None else array
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (Beacon, (self.array,))
-
     # ------------------------------------------------------------------ worker side
     def took(self, taken: int, running: bool) -> None:
         """The worker took its ``taken``-th run; ``running``: it executes it now."""

@@ -173,17 +173,16 @@ def worker_main(conn: Connection, config: WorkerConfig, beacon: Beacon) -> None:
             continue
         taken += 1
         if tag == P.UNDECODABLE:
+            reply = _failure(f"task could not be unpickled in the worker: {message[1]}", FailureKind.UNPICKLABLE)
+        elif inbox.retired:
+            reply = _SKIPPED
+        elif bound is None:
+            reply = _failure(f"cannot bind operator: {bind_error}", FailureKind.EXCEPTION)
+        else:
+            reply = None
+        if reply is not None:  # answered without running
             beacon.took(taken, running=False)
-            outbox.send(_failure(f"task could not be unpickled in the worker: {message[1]}",
-                                 FailureKind.UNPICKLABLE))
-            continue
-        if inbox.retired:
-            beacon.took(taken, running=False)
-            outbox.send(_SKIPPED)
-            continue
-        if bound is None:
-            beacon.took(taken, running=False)
-            outbox.send(_failure(f"cannot bind operator: {bind_error}", FailureKind.EXCEPTION))
+            outbox.send(reply)
             continue
         beacon.took(taken, running=True)
         outcome = execute(bound, P.task_from(message[1]), capture="fd")
