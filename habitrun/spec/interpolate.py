@@ -90,8 +90,6 @@ class Interpolator:
             value = self.expression(whole.group(1), path, runtime_ok)
             if value is _MISSING:
                 return text
-            if runtime_ok and isinstance(value, str) and whole.group(1).strip() not in RUNTIME_PLACEHOLDERS:
-                return value.replace("${", "$${")  # a value is literal text for the engine too
             return value
         pieces: list[str] = []
         last = 0
@@ -112,10 +110,7 @@ class Interpolator:
             if isinstance(value, (dict, list)):
                 self.report(path, f"'{token}' is a {type(value).__name__} and cannot be part of a longer string")
                 return text
-            if runtime_ok and match.group(1).strip() not in RUNTIME_PLACEHOLDERS:
-                pieces.append(_as_text(value).replace("${", "$${"))  # literal for the engine too
-            else:
-                pieces.append(_as_text(value))
+            pieces.append(_as_text(value))
         pieces.append(text[last:])
         return "".join(pieces)
 
@@ -125,14 +120,14 @@ class Interpolator:
         if env:
             name, default = env.group(1), env.group(2)
             if name in self.environ:
-                return self.environ[name]
+                return _literal(self.environ[name], runtime_ok)
             if default is not None:
-                return default
+                return _literal(default, runtime_ok)
             self.report(path, f"environment variable {name!r} is not set (write '${{env:{name}:-default}}' for a default)")
             return _MISSING
         var = _VAR.match(expr)
         if var:
-            return self.var(var.group(1)[1:], path)
+            return _literal(self.var(var.group(1)[1:], path), runtime_ok)
         if expr in RUNTIME_PLACEHOLDERS:
             if runtime_ok:
                 return "${" + expr + "}"
@@ -181,6 +176,13 @@ def _as_text(value: Any) -> str:
     if value is None:
         return "null"
     return str(value)
+
+
+def _literal(value: Any, runtime_ok: bool) -> Any:
+    """A variable's or environment value's text, kept literal where the engine reads placeholders."""
+    if runtime_ok and isinstance(value, str):
+        return value.replace("${", "$${")
+    return value
 
 
 def escape(text: str, runtime_ok: bool = False) -> str:
