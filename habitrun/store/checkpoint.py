@@ -1,12 +1,19 @@
 """The checkpoint store: per (stage, cache key) a stored success with its result, or a failure.
 
-Results live in a diskcache ``Cache`` (pickling, large values spilled to
-files). Beside it, in the same SQLite file and written in the same
-transaction, a small ``habitrun_record`` table holds each record's state
-(stage, subject, ok, attempts, error, log path...). Bulk questions such as
-"which of these 100,000 keys are done" are then one SQL query over an
-index instead of 100,000 diskcache lookups, and a reader never sees a
-result without its record or the reverse.
+One SQLite file, opened by diskcache, holds a ``habitrun_record`` row per
+(stage, cache key): its state (stage, subject, ok, attempts, error, log
+path...) and, for a success, its result as diskcache's ``Disk`` serialises
+it (mode and value). A result too large to sit in a row (diskcache's
+``min_file_size``, 32 KB) goes where diskcache puts it: a row of its
+``Cache`` table and a file beside the database. Bulk questions such as
+"which of these 100,000 keys are done" are one SQL query over an index, a
+record and its result are one row written in one statement, and a reader
+never sees a result without its record or the reverse.
+
+Store format 1 kept every result in the ``Cache`` table; format 2 keeps
+small ones in the record. A format-1 store is upgraded in place when it is
+opened (two columns added, nothing moved): its results stay readable where
+they are.
 
 Durability: diskcache runs SQLite in WAL mode with ``synchronous=NORMAL``;
 a transaction that committed is in the log, so a process killed right after
@@ -45,22 +52,27 @@ _SCHEMA = (
     f"CREATE TABLE IF NOT EXISTS {_RECORDS} ("
     " key TEXT PRIMARY KEY, stage TEXT NOT NULL, subject_id TEXT NOT NULL, ok INTEGER NOT NULL,"
     " attempts INTEGER NOT NULL, error TEXT, kind TEXT, log_path TEXT, run_id TEXT,"
-    " components TEXT, duration REAL, written_at REAL NOT NULL)",
+    " components TEXT, duration REAL, written_at REAL NOT NULL, mode INTEGER, value BLOB)",
     f"CREATE INDEX IF NOT EXISTS {_RECORDS}_subject ON {_RECORDS} (stage, subject_id, written_at)",
     f"CREATE INDEX IF NOT EXISTS {_RECORDS}_outcome ON {_RECORDS} (stage, ok, key)",
     f"INSERT OR IGNORE INTO {META_TABLE} VALUES ('format', '{STORE_FORMAT}')",
     f"INSERT OR IGNORE INTO {META_TABLE} VALUES ('version', '{STORE_VERSION}')",
+)
+# Format 1 -> 2: a success's result may sit in its record (mode and value as diskcache's Disk writes them).
+_UPGRADE_FROM_1 = (
+    f"ALTER TABLE {_RECORDS} ADD COLUMN mode INTEGER",
+    f"ALTER TABLE {_RECORDS} ADD COLUMN value BLOB",
 )
 
 # A success replaces anything; a failure never replaces a stored success for the same key
 # (the key says the inputs are identical, so the stored result is still valid).
 _UPSERT = (
     f"INSERT INTO {_RECORDS} (key, stage, subject_id, ok, attempts, error, kind, log_path, run_id,"
-    " components, duration, written_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
+    " components, duration, written_at, mode, value) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
     " ON CONFLICT(key) DO UPDATE SET stage=excluded.stage, subject_id=excluded.subject_id,"
     " ok=excluded.ok, attempts=excluded.attempts, error=excluded.error, kind=excluded.kind,"
     " log_path=excluded.log_path, run_id=excluded.run_id, components=excluded.components,"
-    " duration=excluded.duration, written_at=excluded.written_at"
+    " duration=excluded.duration, written_at=excluded.written_at, mode=excluded.mode, value=excluded.value"
     f" WHERE excluded.ok = 1 OR {_RECORDS}.ok = 0"
 )
 
@@ -81,7 +93,8 @@ class Record:
     error: str | None = None
     kind: str | None = None
     attempts: int = 1
-    components: dict = field(default_factory=dict)  # what went into the key, for `plan --reason`
+    # What went into the key, for `plan --reason`: a dict, or the same already as compact JSON.
+    components: dict | str = field(default_factory=dict)
     run_id: str | None = None
     log_path: str | None = None
     duration_sec: float = 0.0
@@ -122,6 +135,15 @@ def _state(row: tuple) -> StoredState:
     return StoredState(key, stage, sid, bool(ok), attempts, error, kind, log_path, run_id)
 
 
+def _upgrade(con: Any) -> None:
+    """Bring an older store to this format, inside the opening transaction (all or nothing)."""
+    (version,) = con.execute(f"SELECT value FROM {META_TABLE} WHERE name = 'version'").fetchone()
+    if int(version) == 1:
+        for statement in _UPGRADE_FROM_1:
+            con.execute(statement)
+        con.execute(f"UPDATE {META_TABLE} SET value = ? WHERE name = 'version'", (str(STORE_VERSION),))
+
+
 def _mark_new_store(directory: Path) -> None:
     """Write our tables before diskcache writes its own, in one transaction.
 
@@ -150,6 +172,9 @@ class CheckpointStore:
     def __init__(self, directory: Path, cache: diskcache.Cache) -> None:
         self.directory = directory
         self._cache = cache
+        # Whether diskcache's own table may hold results (large ones, or a format-1 store's):
+        # while it holds none, storing small results never needs to look there.
+        self._cache_used = cache._con.execute("SELECT 1 FROM Cache LIMIT 1").fetchone() is not None
 
     # -- opening -----------------------------------------------------------------------------
     @classmethod
@@ -185,6 +210,7 @@ class CheckpointStore:
             with store._transaction() as con:
                 for statement in _SCHEMA:
                     con.execute(statement)
+                _upgrade(con)
         except BaseException:
             cache.close()
             raise
@@ -212,30 +238,35 @@ class CheckpointStore:
     def put(self, records: Sequence[Record]) -> None:
         """Store a batch in one transaction: all of it or (on an error) none of it.
 
-        Results go into diskcache's own table in its own format (its ``Disk`` pickles
-        them and spills large ones to files, so :meth:`results` and diskcache read them
-        back), but with one ``executemany`` per batch instead of two statements per
-        result: storing is then about a tenth of a subject's dispatch cost.
+        A success's result is serialised by diskcache's ``Disk`` (so it reads back the way
+        diskcache reads its own values). A small one goes into the record's own row, one
+        ``executemany`` for the whole batch; a large one goes where diskcache puts it (a
+        ``Cache`` row and a file). Storing is then a few tens of microseconds a subject.
         """
         if not records:
             return
         now = time.time()
         disk = self._cache.disk
-        values: dict[str, tuple] = {}  # key -> (size, mode, filename, value); the last success wins
+        spilled: dict[str, tuple] = {}  # key -> (size, mode, filename, value) of results kept in files
         rows = []
         try:
             for rec in records:
                 if _SEP in rec.key:
                     raise StoreError(f"cache key {rec.key!r} contains the reserved character \\x1f")
+                mode = value = None
                 if rec.ok:
                     try:
                         stored = disk.store(rec.result, False, key=rec.key)
                     except (pickle.PicklingError, TypeError, AttributeError, RecursionError) as exc:
                         raise UnstorableResult(rec, f"{type(exc).__name__}: {exc}") from None
-                    replaced = values.get(rec.key)
-                    if replaced is not None and replaced[2] is not None:
+                    replaced = spilled.pop(rec.key, None)  # the same key twice in one batch
+                    if replaced is not None:
                         disk.remove(replaced[2])
-                    values[rec.key] = stored
+                    if stored[2] is None:
+                        mode, value = stored[1], stored[3]
+                    else:
+                        spilled[rec.key] = stored
+                components = rec.components
                 rows.append(
                     (
                         rec.key,
@@ -247,52 +278,51 @@ class CheckpointStore:
                         None if rec.ok else rec.kind,
                         rec.log_path,
                         rec.run_id,
-                        compact(rec.components),
+                        components if components.__class__ is str else compact(components),
                         float(rec.duration_sec),
                         now,
+                        mode,
+                        value,
                     )
                 )
             with self._cache._transact(retry=True) as (sql, remove_after_commit):
-                self._put_results(sql, values, now, remove_after_commit)
+                self._put_spilled(sql, [r[0] for r in rows if r[3]], spilled, now, remove_after_commit)
                 self._cache._con.executemany(_UPSERT, rows)
         except BaseException:
-            for stored in values.values():  # files of a batch that was not written
-                if stored[2] is not None:
-                    disk.remove(stored[2])
+            for stored in spilled.values():  # files of a batch that was not written
+                disk.remove(stored[2])
             raise
 
-    def _put_results(self, sql: Any, values: dict[str, tuple], now: float, remove_after_commit: Any) -> None:
-        """Insert or replace results in diskcache's ``Cache`` table (its triggers keep its count and size)."""
-        if not values:
+    def _put_spilled(self, sql: Any, successes: list[str], spilled: dict[str, tuple], now: float,
+                     remove_after_commit: Any) -> None:
+        """Keep diskcache's ``Cache`` table in step: large results in, replaced ones out.
+
+        Every success replaces whatever ``Cache`` held for its key (a large result of an
+        earlier run, or any result of a format-1 store); diskcache's triggers keep its count
+        and size, and a replaced file is removed once the transaction has committed.
+        """
+        if not self._cache_used and not spilled:
             return
+        self._cache_used = True
+        con = self._cache._con
         existing = {
             key: (rowid, filename)
             for key, rowid, filename in sql(
                 f"SELECT key, rowid, filename FROM Cache WHERE raw = 1 AND key IN {_KEYS_PARAM}",
-                (json.dumps(list(values)),),
+                (json.dumps(successes),),
             )
         }
-        inserts = []
-        updates = []
-        for key, (size, mode, filename, value) in values.items():
-            old = existing.get(key)
-            if old is None:
-                inserts.append((key, now, now, size, mode, filename, value))
-            else:
-                remove_after_commit(old[1])
-                updates.append((now, now, size, mode, filename, value, old[0]))
-        con = self._cache._con
-        if inserts:
+        gone = []
+        for key, (rowid, filename) in existing.items():
+            remove_after_commit(filename)
+            gone.append((rowid,))
+        if gone:
+            con.executemany("DELETE FROM Cache WHERE rowid = ?", gone)
+        if spilled:
             con.executemany(
                 "INSERT INTO Cache (key, raw, store_time, expire_time, access_time, access_count, tag,"
                 " size, mode, filename, value) VALUES (?, 1, ?, NULL, ?, 0, NULL, ?, ?, ?, ?)",
-                inserts,
-            )
-        if updates:
-            con.executemany(
-                "UPDATE Cache SET store_time = ?, expire_time = NULL, access_time = ?, access_count = 0,"
-                " tag = NULL, size = ?, mode = ?, filename = ?, value = ? WHERE rowid = ?",
-                updates,
+                [(key, now, now, size, mode, filename, value) for key, (size, mode, filename, value) in spilled.items()],
             )
 
     def discard(self, keys: Iterable[str]) -> int:
@@ -355,10 +385,18 @@ class CheckpointStore:
         keys = keys if isinstance(keys, list) else list(keys)
         if not keys:
             return {}
+        wanted = json.dumps(keys)
         rows = self._query(
-            f"SELECT key, mode, filename, value FROM Cache WHERE raw = 1 AND key IN {_KEYS_PARAM}",
-            (json.dumps(keys),),
+            f"SELECT key, mode, NULL, value FROM {_RECORDS}"
+            f" WHERE key IN {_KEYS_PARAM} AND ok = 1 AND mode IS NOT NULL",
+            (wanted,),
         )
+        if self._cache_used and len(rows) < len(keys):  # the rest may be large ones, in diskcache's table
+            rows += self._query(
+                f"SELECT key, mode, filename, value FROM Cache WHERE raw = 1 AND key IN {_KEYS_PARAM}"
+                f" AND key NOT IN (SELECT key FROM {_RECORDS} WHERE key IN {_KEYS_PARAM} AND mode IS NOT NULL)",
+                (wanted, wanted),
+            )
         fetch = self._cache.disk.fetch
         out: dict[str, Any] = {}
         for key, mode, filename, value in rows:

@@ -18,7 +18,8 @@ from habitrun.errors import StoreError
 
 DB_NAME = "cache.db"  # diskcache's database file name
 STORE_FORMAT = "habitrun-checkpoint-store"
-STORE_VERSION = 1
+STORE_VERSION = 2
+UPGRADABLE_VERSIONS = (1,)  # older formats that opening a store upgrades in place
 META_TABLE = "habitrun_meta"
 LOCK_NAME = "habitrun.lock"
 _SQLITE_HEADER = b"SQLite format 3\x00"
@@ -94,10 +95,12 @@ def _check_database(directory: Path, db: Path) -> StoreDirState:
         version = int(meta.get("version", "0"))
     except ValueError:
         version = -1
-    if version != STORE_VERSION:
+    if version != STORE_VERSION and version not in UPGRADABLE_VERSIONS:
+        newer = version > STORE_VERSION
         raise StoreError(
             f"the checkpoint store at {directory} has format version {meta.get('version')!r}; "
-            f"this habitrun reads version {STORE_VERSION}. Use the habitrun that wrote it, "
-            "or point policy.checkpoint_dir at a new folder."
+            f"this habitrun reads versions {', '.join(map(str, UPGRADABLE_VERSIONS))} and {STORE_VERSION}. "
+            + ("A newer habitrun wrote it: upgrade habitrun, " if newer else "Use the habitrun that wrote it, ")
+            + "or point policy.checkpoint_dir at a new folder."
         )
     return StoreDirState.HABITRUN

@@ -66,12 +66,37 @@ def test_replacing_a_spilled_result_leaves_one_file_and_diskcache_agrees(store: 
     assert store.results(["big", "small"]) == {"big": big("c"), "small": 2}
     files = _spilled_files(store)
     assert len(files) == 1 and files != first  # the replaced files are gone
-    cache = store._cache  # diskcache itself reads what put wrote, and its counters add up
-    assert cache["big"] == big("c") and cache["small"] == 2 and len(cache) == 2
+    cache = store._cache  # diskcache itself reads the large result, and its counters add up
+    assert cache["big"] == big("c") and "small" not in cache and len(cache) == 1
     con = cache._con
     assert con.execute("SELECT value FROM Settings WHERE key = 'size'").fetchone()[0] == \
         con.execute("SELECT sum(size) FROM Cache").fetchone()[0] > 100_000
     assert cache.check() == []  # files, counts and sizes as diskcache expects them
+
+
+def test_a_result_moves_between_row_and_file_as_its_size_changes(store: CheckpointStore) -> None:
+    big = {"blob": b"x" * 200_000}
+    store.put([ok("a", "k", "S1", 1)])
+    store.put([ok("a", "k", "S1", big)])  # small -> large: the row's copy goes, diskcache holds it
+    assert store.results(["k"]) == {"k": big} and len(_spilled_files(store)) == 1
+    assert store._cache._con.execute("SELECT mode FROM habitrun_record WHERE key = 'k'").fetchone() == (None,)
+    store.put([ok("a", "k", "S1", 2)])  # large -> small: diskcache's row and file go
+    assert store.results(["k"]) == {"k": 2} and _spilled_files(store) == set() and len(store._cache) == 0
+    store.put([bad("a", "k", "S1")])  # a late failure keeps the stored success and its result
+    assert store.results(["k"]) == {"k": 2}
+    assert store._cache.check() == []
+
+
+def test_a_small_result_lives_in_its_record_row(store: CheckpointStore) -> None:
+    store.put([ok("a", "k", "S1", {"v": 1}), bad("a", "f", "S2")])
+    rows = dict(store._cache._con.execute("SELECT key, value IS NOT NULL FROM habitrun_record").fetchall())
+    assert rows == {"k": 1, "f": 0} and len(store._cache) == 0
+
+
+def test_components_given_as_json_text_are_stored_as_given(store: CheckpointStore) -> None:
+    store.put([ok("a", "k1", "S1", 1, components='{"params":"p1","row":"r1"}'), ok("a", "k2", "S2", 1, components={"params": "p2"})])
+    latest = store.latest("a")
+    assert latest["S1"] == ("k1", {"params": "p1", "row": "r1"}) and latest["S2"] == ("k2", {"params": "p2"})
 
 
 def test_a_refused_batch_leaves_no_spilled_file(store: CheckpointStore) -> None:
