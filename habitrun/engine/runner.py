@@ -425,7 +425,7 @@ class _StudyRunner:
             stage=stage, key=task.key, subject_id=task.subject_id, ok=outcome.ok,
             result=outcome.result if outcome.ok else None,
             error=None if outcome.ok else outcome.error, kind=None if outcome.ok else outcome.kind,
-            attempts=task.attempt, components=plan.components.get(task.subject_id, {}),
+            attempts=task.attempt, components=plan.components_json(task.subject_id),
             run_id=self.run.run_id, log_path=task.log_path, duration_sec=outcome.duration_sec,
         )
 

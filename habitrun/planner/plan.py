@@ -39,6 +39,7 @@ from habitrun.planner.keys import (
 from habitrun.spec.policy import RunPolicy
 from habitrun.spec.recipe import Recipe, StageSpec
 from habitrun.store.checkpoint import CheckpointStore
+from habitrun.store.jsontext import compact
 
 if TYPE_CHECKING:
     from habitrun.spec.loader import LoadedRecipe
@@ -99,6 +100,13 @@ class StagePlan:
         if SubjectStatus.FAILED not in values and SubjectStatus.BLOCKED not in values:
             return set()
         return {s for s, st in self.status.items() if st in _UNAVAILABLE}
+
+    def components_json(self, subject_id: str) -> str:
+        """A subject's key components as compact JSON, as the store keeps them with its record."""
+        components = self.components
+        if isinstance(components, _LazyComponents):
+            return components.json(subject_id)
+        return compact(components.get(subject_id, {}))
 
     def upstream_key(self, subject_id: str) -> str:
         """This stage's key that a downstream subject depends on."""
@@ -199,6 +207,10 @@ class _LazyComponents(Mapping[str, dict]):
         self._ids = ids
         self._upstream = upstream
 
+        # The JSON of every subject's components starts the same; a subject adds its own row
+        # digest (hex) and upstream keys. Built by joining text: once per subject, per run.
+        self._head = compact(common)[:-1] + (',"row":"' if common else '{"row":"')
+
     def __getitem__(self, sid: str) -> dict:
         if sid not in self._rows:
             raise KeyError(sid)
@@ -207,6 +219,14 @@ class _LazyComponents(Mapping[str, dict]):
             "row": self._rows[sid][:16],  # the subject part: id and manifest row
             "upstream": {name: plan.upstream_key(sid) for name, plan in self._upstream.items()},
         }
+
+    def json(self, sid: str) -> str:
+        """``compact(self[sid])``, without building the dict."""
+        if self._upstream:
+            upstream = compact({name: plan.upstream_key(sid) for name, plan in self._upstream.items()})
+        else:
+            upstream = "{}"
+        return f'{self._head}{self._rows[sid][:16]}","upstream":{upstream}}}'
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._ids)

@@ -38,9 +38,17 @@ class EventLog:
         return self._fh
 
     @staticmethod
-    def _line(event: dict[str, Any], now: float) -> str:
-        stamped = {"ts": round(now, 6), **event}
-        return compact(stamped) + "\n"
+    def _lines(events: Iterable[dict[str, Any]], now: float) -> str:
+        """Each event as a line ``{"ts":now,...}``: the stamp is written once, not merged into each."""
+        ts = round(now, 6)
+        stamp = compact({"ts": ts})[:-1]
+        lines = []
+        for event in events:
+            if not event or "ts" in event:  # its own stamp (or nothing but ours): merge the dicts
+                lines.append(compact({"ts": ts, **event}) + "\n")
+            else:
+                lines.append(f"{stamp},{compact(event)[1:]}\n")
+        return "".join(lines)
 
     def write(self, event: dict[str, Any]) -> None:
         """Append one event with a ``ts`` (Unix seconds)."""
@@ -48,8 +56,7 @@ class EventLog:
 
     def write_many(self, events: Iterable[dict[str, Any]]) -> None:
         """Append several events in one write and one flush."""
-        now = time.time()
-        text = "".join(self._line(e, now) for e in events)
+        text = self._lines(events, time.time())
         if text:
             fh = self._handle()
             fh.write(text)

@@ -180,3 +180,16 @@ def test_plan_json_is_complete(study) -> None:
     assert b["name"] == "b" and b["counts"]["stale"] == 5 and b["to_run"] == 5
     assert b["subjects"]["S1"]["status"] == "stale" and b["subjects"]["S1"]["reasons"] == ["params changed"]
     assert data["counts"]["done"] == 5
+
+
+def test_components_json_is_the_components_as_the_store_keeps_them(tmp_path: Path) -> None:
+    import json
+
+    from habitrun.store.jsontext import compact
+
+    plan = replan(write_study(tmp_path), None)
+    for stage in plan:
+        for sid in stage.status:
+            text = stage.components_json(sid)
+            assert json.loads(text) == stage.components[sid] and text == compact(stage.components[sid])
+    assert json.loads(plan.stages["b"].components_json("S1"))["upstream"] == {"a": plan.stages["a"].keys["S1"]}

@@ -102,3 +102,15 @@ def test_git_state_commit_and_dirty(tmp_path: Path) -> None:
 
 def test_package_versions_never_import(tmp_path: Path) -> None:
     assert package_versions(["definitely_not_a_module_xyz.sub"]) == {"definitely_not_a_module_xyz.sub": None}
+
+
+def test_event_lines_carry_one_stamp_first_and_keep_every_field(tmp_path: Path) -> None:
+    with EventLog(tmp_path / "events.jsonl") as log:
+        log.write_many([{"event": "done", "subject": "S1", "error": 'quote " and\nnewline', "n": 1.5}, {},
+                        {"event": "own", "ts": 7}])
+    lines = (tmp_path / "events.jsonl").read_text().splitlines()
+    assert len(lines) == 3 and all(line.startswith('{"ts":') for line in lines)
+    events = list(EventLog(tmp_path / "events.jsonl").read())
+    assert events[0] == {"ts": events[0]["ts"], "event": "done", "subject": "S1", "error": 'quote " and\nnewline', "n": 1.5}
+    assert events[1] == {"ts": events[0]["ts"]} and events[2] == {"ts": 7, "event": "own"}
+    assert lines[2].count('"ts"') == 1
