@@ -27,7 +27,7 @@ class OperatorRef:
     search_path: tuple[str, ...] = ()  # folders put first on sys.path (the recipe's folder)
 
 
-@dataclass
+@dataclass(slots=True)  # slots: built and read once per subject on the dispatch path
 class SubjectTask:
     """One subject's work in one stage (for a collect stage: the one task of the stage)."""
 
@@ -54,7 +54,7 @@ class FailureKind:
     INTERRUPTED = "interrupted"
 
 
-@dataclass
+@dataclass(slots=True)
 class SubjectOutcome:
     """A task's result or failure, as reported by a backend."""
 

@@ -81,7 +81,7 @@ _KEYS_PARAM = "(SELECT value FROM json_each(?))"  # one query for any number of 
 _SEP = "\x1f"  # joins keys in bulk reads; put() refuses keys containing it
 
 
-@dataclass
+@dataclass(slots=True)  # slots: one per subject on the recorder's path
 class Record:
     """What the engine reports for one subject of one stage."""
 

@@ -47,3 +47,20 @@ def test_plain_output_is_lines_without_control_sequences() -> None:
 
 def test_quiet_prints_nothing_while_running() -> None:
     assert render(quiet=True) == ""
+
+
+def test_a_bar_takes_many_subjects_per_update_and_ends_exact_even_without_stage_finished() -> None:
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=140, force_terminal=True, color_system=None)
+    with RunDisplay(console) as display:
+        assert display.progress is not None
+        updates = []
+        real_update = display.progress.update
+        display.progress.update = lambda *a, **k: (updates.append(k.get("advance")), real_update(*a, **k))[1]
+        display.on_event({"event": "stage_started", "stage": "features", "kind": "map", "total": 500,
+                          "cached": 0, "to_run": 500})
+        for i in range(500):  # far faster than one update per BAR_UPDATE_SEC
+            display.on_event({"event": "subject_done", "stage": "features", "subject": f"S{i}", "attempt": 1})
+        # interrupted: no stage_finished; leaving the display shows what was counted
+    assert len(updates) < 50 and sum(a for a in updates if a) == 500
+    assert "500/500" in buffer.getvalue() and "500 done" in buffer.getvalue()

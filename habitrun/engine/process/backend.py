@@ -263,9 +263,9 @@ class _StageRun:
     def finish(self, worker: Worker | None, task: SubjectTask, ok: bool, *, result: Any = None,
                error: str | None = None, kind: str | None = None, traceback: str | None = None,
                duration: float = 0.0) -> None:
-        self.batch.append(SubjectOutcome(task, ok, result=result, error=error, kind=None if ok else kind,
-                                         traceback=traceback, duration_sec=duration,
-                                         worker_pid=worker.pid if worker else None))
+        # positional: keyword arguments cost more than the object, once per subject
+        self.batch.append(SubjectOutcome(task, ok, result, error, None if ok else kind, traceback, duration,
+                                         worker.pid if worker else None))
         self.owed -= 1
         if not ok and kind == FailureKind.OOM:
             self.b._note_oom()
