@@ -77,14 +77,12 @@ class _FdScratch:
         return os.lseek(self.fd, 0, os.SEEK_END)
 
     def since(self, start: int) -> bytes:
+        """What was written after ``start``; past SCRATCH_RESET_BYTES the file is emptied after reading."""
         end = self.mark()
-        if end <= start:
-            return b""
-        return os.pread(self.fd, end - start, start)
-
-    def maybe_reset(self) -> None:
-        if os.lseek(self.fd, 0, os.SEEK_END) > SCRATCH_RESET_BYTES:
+        output = os.pread(self.fd, end - start, start) if end > start else b""
+        if end > SCRATCH_RESET_BYTES:
             os.ftruncate(self.fd, 0)
+        return output
 
 
 _scratch: _FdScratch | None = None
@@ -165,9 +163,7 @@ def execute(bound: BoundOperator, task: SubjectTask, *, capture: str = "fd") -> 
             output = buffer.getvalue().encode("utf-8", "replace")
     if output or tb:
         _write_log(task, output, tb)
-    if buffer is None:
-        scratch.maybe_reset()
     duration = time.perf_counter() - start
     if kind is not None:
-        return SubjectOutcome(task, False, error=error, kind=kind, traceback=tb, duration_sec=duration, worker_pid=pid)
-    return SubjectOutcome(task, True, result=result, duration_sec=duration, worker_pid=pid)
+        return SubjectOutcome(task, False, None, error, kind, tb, duration, pid)
+    return SubjectOutcome(task, True, result, None, None, None, duration, pid)

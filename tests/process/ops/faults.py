@@ -81,6 +81,17 @@ def act(subject):
             marker.write_text("1")
             raise RuntimeError("first attempt fails")
         return "second time lucky"
+    if do == "say":
+        # output by every route a subject has: Python, a C-level write, a child process
+        print(f"python says {subject.id}")
+        os.write(2, f"fd 2 says {subject.id}\n".encode())
+        subprocess.run(["sh", "-c", f"echo child says {subject.id}"], check=True)
+        return "said"
+    if do == "flood":
+        sys.stdout.write("x" * (int(subject.fields["mb"]) << 20) + "\n")
+        return "flooded"
+    if do == "quiet":
+        return "nothing to say"
     raise AssertionError(f"unknown action {do!r}")
 
 
