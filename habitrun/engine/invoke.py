@@ -64,6 +64,7 @@ class _FdScratch:
         _flush_std()
         os.dup2(self.fd, 1)
         os.dup2(self.fd, 2)
+        self.read_to = 0  # where the last subject's output ended: the next one's starts there
 
     @staticmethod
     def _open() -> int:
@@ -73,15 +74,19 @@ class _FdScratch:
         return fd
 
     def mark(self) -> int:
-        _flush_std()
-        return os.lseek(self.fd, 0, os.SEEK_END)
+        """Where the next subject's output starts: where the last one's ended, so anything
+        written between two subjects (an operator's own thread, say) goes to the next log."""
+        return self.read_to
 
     def since(self, start: int) -> bytes:
         """What was written after ``start``; past SCRATCH_RESET_BYTES the file is emptied after reading."""
-        end = self.mark()
+        _flush_std()
+        end = os.lseek(self.fd, 0, os.SEEK_END)
         output = os.pread(self.fd, end - start, start) if end > start else b""
         if end > SCRATCH_RESET_BYTES:
             os.ftruncate(self.fd, 0)
+            end = 0
+        self.read_to = end
         return output
 
 

@@ -258,6 +258,7 @@ class _StageRun:
         self.recycle = 0 if backend._isolated else recycle
         self.depth = 1 if backend._isolated else 2
         self.mean_sec: float | None = None  # running mean of this stage's subject durations
+        self.unlearned = [0.0, 0]  # (sum, count) of durations not yet in mean_sec
 
     # -------------------------------------------------------------- outcomes
     def finish(self, worker: Worker | None, task: SubjectTask, ok: bool, *, result: Any = None,
@@ -270,10 +271,20 @@ class _StageRun:
         if not ok and kind == FailureKind.OOM:
             self.b._note_oom()
         if worker is not None and not self.b._isolated:
-            self.learn(duration)
+            unlearned = self.unlearned
+            unlearned[0] += duration
+            unlearned[1] += 1
 
-    def learn(self, duration: float) -> None:
-        """Queue deeper when subjects are short: about TARGET_QUEUED_SEC of work per worker."""
+    def learn(self) -> None:
+        """Queue deeper when subjects are short: about TARGET_QUEUED_SEC of work per worker.
+
+        Called once per batch of replies (before refilling), with the batch's mean duration.
+        """
+        total, count = self.unlearned
+        if not count:
+            return
+        self.unlearned = [0.0, 0]
+        duration = total / count
         mean = duration if self.mean_sec is None else 0.8 * self.mean_sec + 0.2 * duration
         self.mean_sec = mean
         self.depth = max(2, min(MAX_DEPTH, int(TARGET_QUEUED_SEC / (mean + PER_SUBJECT_COST_SEC))))
@@ -390,6 +401,7 @@ class _StageRun:
         self.send(w, (P.BIND, self.op))
 
     def fill(self, now: float) -> None:
+        self.learn()
         active = self.b._active()
         for w in active:
             if w.op != self.op:
