@@ -53,6 +53,10 @@ def test_a_format_1_store_opens_upgraded_with_every_record_and_result(old_store:
         assert store.latest("prep")["S1"] == ("prep.k1", {"kind": "map", "row": "r1"})
         assert store.recipe_info() == ("demo", "ab" * 32)
     assert _version(old_store) == str(STORE_VERSION)
+    con = sqlite3.connect(old_store / "cache.db")
+    indexes = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'habitrun_record'")}
+    con.close()
+    assert "habitrun_record_stage" in indexes and not indexes & {"habitrun_record_subject", "habitrun_record_outcome"}
     with CheckpointStore.open(old_store) as store:  # opening an upgraded store again changes nothing
         assert set(store.results(["prep.k1", "prep.k2"])) == {"prep.k1", "prep.k2"}
 
