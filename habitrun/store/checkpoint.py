@@ -178,7 +178,8 @@ class CheckpointStore:
         self.directory = directory
         self._cache = cache
         # Whether diskcache's own table may hold results (large ones, or a format-1 store's):
-        # while it holds none, storing small results never needs to look there.
+        # while it holds none, storing small results never needs to look there. Only the
+        # lock holder writes, through one instance, so the writer's flag stays true.
         self._cache_used = cache._con.execute("SELECT 1 FROM Cache LIMIT 1").fetchone() is not None
 
     # -- opening -----------------------------------------------------------------------------
@@ -394,7 +395,7 @@ class CheckpointStore:
             f" WHERE key IN {_KEYS_PARAM} AND ok = 1 AND mode IS NOT NULL",
             (wanted,),
         )
-        if self._cache_used and len(rows) < len(keys):  # the rest may be large ones, in diskcache's table
+        if len(rows) < len(keys):  # the rest may be large ones, in diskcache's table (or failures)
             rows += self._query(
                 f"SELECT key, mode, filename, value FROM Cache WHERE raw = 1 AND key IN {_KEYS_PARAM}"
                 f" AND key NOT IN (SELECT key FROM {_RECORDS} WHERE key IN {_KEYS_PARAM} AND mode IS NOT NULL)",

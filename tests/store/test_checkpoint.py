@@ -244,3 +244,13 @@ def test_a_store_killed_while_being_created_opens(tmp_path: Path) -> None:
     with CheckpointStore.open(tmp_path / "store", create=False) as store:
         store.put([ok("a", "k", "S", 1)])
         assert store.results(["k"]) == {"k": 1}
+
+
+def test_a_reader_opened_before_a_large_result_was_written_still_reads_it(store: CheckpointStore) -> None:
+    reader = CheckpointStore.open(store.directory)  # as `habitrun status` beside a running run
+    try:
+        big = {"blob": b"y" * 200_000}
+        store.put([ok("a", "big", "S1", big), ok("a", "small", "S2", 2)])
+        assert reader.results(["big", "small"]) == {"big": big, "small": 2}
+    finally:
+        reader.close()
