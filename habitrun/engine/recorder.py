@@ -12,6 +12,11 @@ rest of ``GROUP_COMMIT_SEC`` before the next one (a flush or close cuts the
 wait short). An outcome is then stored at most that long after it arrived,
 and a stage of short subjects pays one commit per few dozen of them instead
 of one per subject: a commit costs more than dispatching a subject.
+
+Checkpoints: the thread's commits never copy SQLite's write-ahead log into
+the database themselves (that copy fsyncs, and would hold up whichever batch
+or end-of-stage flush happened to trigger it); the thread does it after
+every ``CHECKPOINT_EVERY_RECORDS``, at a moment when no flush is waiting.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ EmitFn = Callable[[list[dict[str, Any]]], None]
 _FLUSH = object()
 _STOP = object()
 GROUP_COMMIT_SEC = 0.05  # at most this long between an outcome's arrival and its commit
+CHECKPOINT_EVERY_RECORDS = 2000  # about 16 MB of write-ahead log with subjects of small results
 
 
 class Recorder:
@@ -70,6 +76,11 @@ class Recorder:
 
     # ------------------------------------------------------------------ thread
     def _loop(self) -> None:
+        try:
+            self.store.defer_checkpoints()
+        except Exception as exc:  # noqa: BLE001 - surfaced to the runner by flush/submit
+            self._error = exc
+        unchecked = 0  # records committed since the last checkpoint
         while True:
             records: list[Record] = []
             events: list[dict[str, Any]] = []
@@ -92,6 +103,10 @@ class Recorder:
                     break
             try:
                 self._write(records, events)
+                unchecked += len(records)
+                if unchecked >= CHECKPOINT_EVERY_RECORDS and not waiters and not stop and self._queue.empty():
+                    unchecked = 0
+                    self.store.checkpoint()
             except BaseException as exc:  # noqa: BLE001 - surfaced to the runner by flush/submit
                 self._error = exc
             for waiter in waiters:

@@ -24,6 +24,7 @@ from habitrun.engine.recorder import Recorder
 from habitrun.engine.signals import exit_code_for, stop_on_signals
 from habitrun.errors import EXIT_FAILED_SUBJECTS, EXIT_OK
 from habitrun.planner.plan import GROUP_SUBJECT, StagePlan, SubjectStatus, fingerprints, plan_stage
+from habitrun.spec.gcpause import gc_paused
 from habitrun.spec.loader import LoadedRecipe
 from habitrun.spec.recipe import StageSpec
 from habitrun.spec.subjects import SubjectRow, load_subjects
@@ -140,7 +141,7 @@ class _StudyRunner:
         self.group_results: dict[str, Any] = {}
         self.warnings: list[str] = []
         self.chain: set[str] = set()
-        self.finished: set[tuple[str, str]] = set()  # (stage, subject) with an outcome in this run
+        self.finished: dict[str, set[str]] = {}  # stage -> subjects with an outcome in this run
         self.emit_lock = threading.Lock()  # events come from the runner and the recorder thread
 
     # ------------------------------------------------------------------ events
@@ -277,7 +278,7 @@ class _StudyRunner:
                 self.run_train(stage, plan, policy, counts)
             else:
                 self.run_with_backend(stage, plan, policy, to_run, counts)
-        counts.not_run = sum(1 for sid in to_run if (stage.name, sid) not in self.finished)
+        counts.not_run = len(to_run) - len(self.finished.get(stage.name, ()))
         self.emit({"event": "stage_finished", "stage": stage.name, **counts.as_dict()})
         if stage.kind != "map" and plan.status.get(GROUP_SUBJECT) == SubjectStatus.DONE:
             key = plan.keys[GROUP_SUBJECT]
@@ -305,9 +306,12 @@ class _StudyRunner:
                          kind="collect" if stage.kind == "collect" else "map",
                          search_path=self.loaded.search_path)
         backend = self.backends.for_policy(policy)
-        tasks = self.build_tasks(stage, plan, to_run)
+        with gc_paused():  # tens of thousands of tasks, no cycles: the collector would only walk them
+            tasks = self.build_tasks(stage, plan, to_run)
         rounds = policy.auto_retry_rounds
         fail_fast = policy.on_subject_failure == "fail_fast"
+
+        finished = self.finished.setdefault(stage.name, set())
 
         def report(outcomes: list[SubjectOutcome]) -> None:
             records: list[Record] = []
@@ -318,7 +322,7 @@ class _StudyRunner:
                 if outcome.ok:
                     plan.status[sid] = SubjectStatus.DONE
                     counts.done += 1
-                    self.finished.add((stage.name, sid))
+                    finished.add(sid)
                     records.append(self.record(stage.name, plan, task, outcome))
                     events.append({"event": "subject_done", "stage": stage.name, "subject": sid,
                                    "attempt": task.attempt, "duration_sec": round(outcome.duration_sec, 6),
@@ -331,7 +335,7 @@ class _StudyRunner:
                 if final:
                     plan.status[sid] = SubjectStatus.FAILED
                     counts.failed += 1
-                    self.finished.add((stage.name, sid))
+                    finished.add(sid)
                     records.append(self.record(stage.name, plan, task, outcome))
                     self.failures.append(FailureLine(stage.name, sid, outcome.error or "failed",
                                                      outcome.kind, task.log_path))
@@ -370,6 +374,7 @@ class _StudyRunner:
         # Joined as strings: pathlib per subject costs more than dispatching it.
         work_root = os.path.join(work_dir(self.run_root, stage.name, ""), "")
         log_root = os.path.join(self.run.stage_log_dir(stage.name), "")
+        rows, stage_keys, append = self.rows, plan.keys, tasks.append
         for start in range(0, len(to_run), RESULT_BATCH):
             chunk = to_run[start:start + RESULT_BATCH]
             upstream: dict[str, dict[str, Any]] = {}
@@ -378,15 +383,12 @@ class _StudyRunner:
                 results = self.store.results(keys.values())
                 upstream[need] = {sid: results.get(key) for sid, key in keys.items()}
             for sid in chunk:
-                row = self.rows[sid]
-                tasks.append(SubjectTask(
-                    key=plan.keys[sid],
-                    subject_id=sid,
-                    fields=row.fields,
-                    inputs={need: upstream[need][sid] for need in needs},
-                    workdir=work_root + row.safe,
-                    log_path=f"{log_root}{row.safe}.log",
-                ))
+                row = rows[sid]
+                safe = row.safe
+                # positional, in SubjectTask's field order: key, subject, fields, inputs, workdir, log
+                append(SubjectTask(stage_keys[sid], sid, row.fields,
+                                   {need: upstream[need][sid] for need in needs} if needs else {},
+                                   work_root + safe, f"{log_root}{safe}.log"))
         return tasks
 
     def need_results(self, need: str, members: Sequence[str]) -> Any:
@@ -455,7 +457,7 @@ class _StudyRunner:
         if result.ok:
             plan.status[GROUP_SUBJECT] = SubjectStatus.DONE
             counts.done += 1
-            self.finished.add((stage.name, GROUP_SUBJECT))
+            self.finished.setdefault(stage.name, set()).add(GROUP_SUBJECT)
             self.recorder.submit([self.record(stage.name, plan, task, outcome)],
                                  [{"event": "subject_done", "stage": stage.name, "subject": GROUP_SUBJECT,
                                    "attempt": task.attempt, "duration_sec": round(result.duration_sec, 3)}])
@@ -464,7 +466,7 @@ class _StudyRunner:
         elif not self.stop.is_set():
             plan.status[GROUP_SUBJECT] = SubjectStatus.FAILED
             counts.failed += 1
-            self.finished.add((stage.name, GROUP_SUBJECT))
+            self.finished.setdefault(stage.name, set()).add(GROUP_SUBJECT)
             self.failures.append(FailureLine(stage.name, GROUP_SUBJECT, result.error or "failed",
                                              outcome.kind, result.log_dir))
             self.recorder.submit([self.record(stage.name, plan, task, outcome)],
