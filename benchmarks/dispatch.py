@@ -170,10 +170,13 @@ def run_habitrun_dask(n: int, ms: float, workers: int) -> float:
 
 def run_dask_client_map(n: int, ms: float, workers: int) -> float:
     """Plain ``client.map`` on a warm local cluster: no per-subject records, logs or timeouts."""
+    import logging
+
     from distributed import Client, LocalCluster
 
-    with LocalCluster(n_workers=workers, threads_per_worker=1, host="127.0.0.1", dashboard_address=None) as cluster, \
-            Client(cluster) as client:
+    # silence_logs: its workers' heartbeats to the closing scheduler log harmless tracebacks
+    with LocalCluster(n_workers=workers, threads_per_worker=1, host="127.0.0.1", dashboard_address=None,
+                      silence_logs=logging.CRITICAL) as cluster, Client(cluster) as client:
         client.gather(client.map(busy_plain, [0.0] * 8, pure=False))
         t0 = time.perf_counter()
         client.gather(client.map(busy_plain, [ms] * n, pure=False))

@@ -19,6 +19,7 @@ from habitrun.errors import StoreError
 from habitrun.store.checkpoint import CheckpointStore, Record
 from habitrun.store.guard import STORE_VERSION
 from tests.store.conftest import files_snapshot
+from tests.store.test_guard import RECIPE  # one map stage 'a' doubling field x
 
 V1 = Path(__file__).parent / "data" / "store_v1"
 
@@ -86,16 +87,6 @@ def test_a_store_of_a_newer_format_is_refused_untouched(old_store: Path) -> None
     with pytest.raises(StoreError, match="format version '99'.*newer habitrun wrote it"):
         CheckpointStore.open(old_store)
     assert files_snapshot(old_store) == before
-
-
-RECIPE = """\
-habitrun: 1
-name: demo
-subjects: {manifest: subjects.csv}
-policy: {backend: serial, subject_timeout_sec: null}
-stages:
-  - {name: a, operator: "ops:double"}
-"""
 
 
 @pytest.mark.timeout(120)
