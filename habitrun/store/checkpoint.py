@@ -311,15 +311,11 @@ class CheckpointStore:
             return
         self._cache_used = True
         con = self._cache._con
-        existing = {
-            key: (rowid, filename)
-            for key, rowid, filename in sql(
-                f"SELECT key, rowid, filename FROM Cache WHERE raw = 1 AND key IN {_KEYS_PARAM}",
-                (json.dumps(successes),),
-            )
-        }
         gone = []
-        for key, (rowid, filename) in existing.items():
+        for rowid, filename in sql(
+            f"SELECT rowid, filename FROM Cache WHERE raw = 1 AND key IN {_KEYS_PARAM}",
+            (json.dumps(successes),),
+        ):
             remove_after_commit(filename)
             gone.append((rowid,))
         if gone:
