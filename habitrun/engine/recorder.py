@@ -78,8 +78,8 @@ class Recorder:
     def _loop(self) -> None:
         try:
             self.store.defer_checkpoints()
-        except Exception as exc:  # noqa: BLE001 - surfaced to the runner by flush/submit
-            self._error = exc
+        except Exception:  # noqa: BLE001 - only an optimisation; the thread must reach its loop
+            pass
         unchecked = 0  # records committed since the last checkpoint
         while True:
             records: list[Record] = []

@@ -327,15 +327,19 @@ class CheckpointStore:
                 [(key, now, now, size, mode, filename, value) for key, (size, mode, filename, value) in spilled.items()],
             )
 
-    def defer_checkpoints(self) -> None:
+    def defer_checkpoints(self) -> bool:
         """Stop this thread's commits from copying the write-ahead log into the database.
 
         SQLite does that copy (with two fsyncs: tens of milliseconds here) inside whichever
         commit passes a thousand pages of log, so one batch now and then, and the flush at
         the end of a stage, would wait for it. The caller runs :meth:`checkpoint` instead,
-        when nothing waits on it.
+        when nothing waits on it. False when SQLite refused (commits then copy as before).
         """
-        self._cache._con.execute("PRAGMA wal_autocheckpoint = 0")
+        try:
+            self._cache._con.execute("PRAGMA wal_autocheckpoint = 0")
+        except sqlite3.Error:
+            return False
+        return True
 
     def checkpoint(self) -> bool:
         """Copy the write-ahead log into the database without blocking readers or writers.
