@@ -292,14 +292,14 @@ class CheckpointStore:
                     )
                 )
             with self._cache._transact(retry=True) as (sql, remove_after_commit):
-                self._put_spilled(sql, [r[0] for r in rows if r[3]], spilled, now, remove_after_commit)
+                self._put_spilled(sql, rows, spilled, now, remove_after_commit)
                 self._cache._con.executemany(_UPSERT, rows)
         except BaseException:
             for stored in spilled.values():  # files of a batch that was not written
                 disk.remove(stored[2])
             raise
 
-    def _put_spilled(self, sql: Any, successes: list[str], spilled: dict[str, tuple], now: float,
+    def _put_spilled(self, sql: Any, rows: list[tuple], spilled: dict[str, tuple], now: float,
                      remove_after_commit: Any) -> None:
         """Keep diskcache's ``Cache`` table in step: large results in, replaced ones out.
 
@@ -310,6 +310,7 @@ class CheckpointStore:
         if not self._cache_used and not spilled:
             return
         self._cache_used = True
+        successes = [row[0] for row in rows if row[3]]  # the keys of this batch's successes
         con = self._cache._con
         gone = []
         for rowid, filename in sql(
