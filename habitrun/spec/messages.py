@@ -81,6 +81,10 @@ def describe(ann: Any, info: FieldInfo | None = None) -> str:
             text += f" >= {meta.ge}"
         elif isinstance(meta, annotated_types.Gt):
             text += f" > {meta.gt}"
+        elif isinstance(meta, annotated_types.Le):
+            text += f" and <= {meta.le}" + (" (24 days)" if meta.le == 2_073_600 else "")
+        elif isinstance(meta, annotated_types.Lt):
+            text += f" and < {meta.lt}"
         elif isinstance(meta, annotated_types.MinLen) and meta.min_length > 0:
             text += " (not empty)"
     return text + (" (or null)" if nullable else "")

@@ -24,6 +24,12 @@ ParallelMode = Literal["persistent", "isolated"]
 FailureMode = Literal["continue", "fail_fast"]
 StartMethod = Literal["forkserver", "spawn", "fork"]
 
+MAX_WAIT_SEC = 2_073_600
+"""Upper bound (24 days) of every *_sec field that reaches a wait. The workers
+are waited on with poll(), whose timeout is a 32-bit count of milliseconds:
+past 2,147,483 s (24.8 days; so not 30 days) it raises OverflowError, and only
+once the run is under way. A longer budget is better written as null."""
+
 
 class TLSSettings(BaseModel):
     """TLS files for connecting to a remote Dask scheduler."""
@@ -56,7 +62,7 @@ class JobqueueSettings(BaseModel):
     job_script_prologue: tuple[str, ...] = Field(default=(), description="Shell lines run before the worker starts.")
     python: str | None = Field(default=None, description="Python executable on the compute nodes.")
     local_directory: str | None = Field(default=None, description="Worker scratch folder on the nodes.")
-    death_timeout_sec: float = Field(default=120.0, gt=0, description="A worker whose scheduler (the runner) is gone exits after this long, ending its job.")
+    death_timeout_sec: float = Field(default=120.0, gt=0, le=MAX_WAIT_SEC, description="A worker whose scheduler (the runner) is gone exits after this long, ending its job.")
 
     @model_validator(mode="after")
     def _one_subject_per_worker(self) -> JobqueueSettings:
@@ -118,9 +124,9 @@ class RunPolicy(BaseModel):
 
     workers: int = Field(default=1, ge=1, description="Worker processes (slots) running subjects at once.")
     backend: Backend = Field(default="process", description="serial (in-process), process (worker processes on this machine), dask (a Dask cluster).")
-    subject_timeout_sec: float | None = Field(default=900.0, gt=0, description="Wall-clock budget per subject; null turns it off.")
-    subject_spawn_timeout_sec: float | None = Field(default=120.0, gt=0, description="Budget for a worker to start and import the operator; null turns it off.")
-    graceful_shutdown_sec: float = Field(default=15.0, ge=0, description="Between SIGTERM and SIGKILL when a worker is stopped.")
+    subject_timeout_sec: float | None = Field(default=900.0, gt=0, le=MAX_WAIT_SEC, description="Wall-clock budget per subject; null turns it off.")
+    subject_spawn_timeout_sec: float | None = Field(default=120.0, gt=0, le=MAX_WAIT_SEC, description="Budget for a worker to start and import the operator; null turns it off.")
+    graceful_shutdown_sec: float = Field(default=15.0, ge=0, le=MAX_WAIT_SEC, description="Between SIGTERM and SIGKILL when a worker is stopped.")
     on_subject_failure: FailureMode = Field(default="continue", description="continue: record and go on; fail_fast: stop the run at the first failure.")
     oom_backoff: bool = Field(default=True, description="Reduce the worker count after an out-of-memory failure.")
     oom_reduce_workers_by: int = Field(default=1, ge=1, description="Workers removed per out-of-memory failure (never below 1).")

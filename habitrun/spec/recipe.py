@@ -20,7 +20,7 @@ from pydantic import (
 )
 
 from habitrun.spec.located import LocatedError
-from habitrun.spec.policy import RunPolicy
+from habitrun.spec.policy import MAX_WAIT_SEC, RunPolicy
 
 RECIPE_VERSION = 1
 STAGE_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
@@ -84,9 +84,9 @@ class LaunchSpec(BaseModel):
     redirects: StdStream | dict[int, StdStream] = Field(default="none", description="Streams written only to the rank's log file (none/out/err/all, or per rank).")
     tee: StdStream | dict[int, StdStream] = Field(default="all", description="Streams written to the log file and to the console with a rank prefix.")
     local_ranks_filter: Optional[tuple[int, ...]] = Field(default=None, description="Ranks whose output reaches the console (null: all).")  # noqa: UP045
-    monitor_interval_sec: float = Field(default=0.1, gt=0, description="How often the group is checked.")
+    monitor_interval_sec: float = Field(default=0.1, gt=0, le=MAX_WAIT_SEC, description="How often the group is checked.")
     start_method: Literal["spawn", "forkserver", "fork"] = Field(default="spawn", description="How function ranks start.")
-    timeout_sec: Optional[float] = Field(default=None, gt=0, description="Wall-clock budget of one attempt (null: none).")  # noqa: UP045
+    timeout_sec: Optional[float] = Field(default=None, gt=0, le=MAX_WAIT_SEC, description="Wall-clock budget of one attempt (null: none).")  # noqa: UP045
 
 
 class StageSpec(BaseModel):

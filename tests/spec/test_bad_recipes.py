@@ -59,7 +59,13 @@ CASES = [
     # wrong types and values
     Bad("workers-word", ((W, "  workers: four\n"),), line=8, fragment="expected an integer >= 1, got 'four'"),
     Bad("workers-zero", ((W, "  workers: 0\n"),), line=8, fragment="expected an integer >= 1, got 0"),
-    Bad("timeout-negative", ((T, "  subject_timeout_sec: -5\n"),), line=9, fragment="expected a number > 0 (or null)"),
+    Bad("timeout-negative", ((T, "  subject_timeout_sec: -5\n"),), line=9, fragment="expected a number > 0 and <= 2073600 (24 days) (or null), got -5"),
+    Bad("timeout-too-large", ((T, "  subject_timeout_sec: 2200000\n"),), line=9, fragment="expected a number > 0 and <= 2073600 (24 days) (or null), got 2200000"),
+    Bad("timeout-1e9", ((T, "  subject_timeout_sec: 1e9\n"),), line=9, fragment="<= 2073600 (24 days)"),
+    Bad("timeout-inf", ((T, "  subject_timeout_sec: .inf\n"),), line=9, fragment="<= 2073600 (24 days)"),
+    Bad("grace-too-large", ((T, T + "  graceful_shutdown_sec: 2073601\n"),), line=10, fragment="expected a number >= 0 and <= 2073600 (24 days), got 2073601"),
+    Bad("spawn-timeout-too-large", ((T, T + "  subject_spawn_timeout_sec: 9e12\n"),), line=10, fragment="<= 2073600 (24 days)"),
+    Bad("stage-timeout-too-large", (("needs: [prep]", "needs: [prep]\n    policy: {subject_timeout_sec: 3000000}"),), line=16, fragment="<= 2073600 (24 days)"),
     Bad("stages-not-list", text=BASE.split("stages:")[0] + "stages: prep\n", line=10, fragment="expected a list"),
     Bad("name-not-string", (("name: t\n", "name: [t]\n"),), line=2, fragment="expected a string"),
     # unknown keys and misspellings
