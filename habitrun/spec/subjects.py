@@ -15,6 +15,7 @@ import hashlib
 import io
 import json
 import re
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -114,7 +115,43 @@ def _read_delimited(text: str, source: str, delimiter: str) -> _Rows:
     return out
 
 
-def _read_records(records: Any, source: str, lines: Callable[[], list[int] | None]) -> _Rows:
+class _LongInt(str):
+    """A JSON integer with more digits than Python converts (sys.get_int_max_str_digits)."""
+
+
+class _IntReader:
+    """json's ``parse_int``: too long an integer becomes a _LongInt, reported with its row."""
+
+    def __init__(self) -> None:
+        self.long = False
+
+    def __call__(self, text: str) -> int | _LongInt:
+        try:
+            return int(text)
+        except ValueError:  # "Exceeds the limit (4300 digits) for integer string conversion"
+            self.long = True
+            return _LongInt(text)
+
+
+def _long_int_in(value: Any) -> _LongInt | None:
+    if isinstance(value, _LongInt):
+        return value
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+    return next((found for item in items if (found := _long_int_in(item)) is not None), None)
+
+
+def _long_int_problem(record: dict[Any, Any], where: str) -> str | None:
+    for key, value in record.items():
+        found = _long_int_in(value)
+        if found is not None:
+            digits = len(found.lstrip("-"))
+            limit = sys.get_int_max_str_digits()
+            return (f"{where}.{key}: a number of {digits} digits is too long to read (at most {limit}); "
+                    "write a long id as a string in quotes")
+    return None
+
+
+def _read_records(records: Any, source: str, lines: Callable[[], list[int] | None], long_ints: bool = False) -> _Rows:
     out = _Rows(source, lines)
     if not isinstance(records, list):
         raise RecipeError([f"{source}:1:1: expected a list of objects (one per subject), got {type(records).__name__}"])
@@ -125,6 +162,10 @@ def _read_records(records: Any, source: str, lines: Callable[[], list[int] | Non
             if len(problems) >= 20:
                 break
             continue
+        long_int = _long_int_problem(record, f"{source}:{out.line(i)}:1: [{i}]") if long_ints else None
+        if long_int is not None:
+            problems.append(long_int)
+            continue
         out.rows.append((i, {str(k): v for k, v in record.items()}))
     if problems:
         raise RecipeError(problems)
@@ -132,16 +173,17 @@ def _read_records(records: Any, source: str, lines: Callable[[], list[int] | Non
 
 
 def _read_json(text: str, source: str) -> _Rows:
+    ints = _IntReader()
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_int=ints)
     except json.JSONDecodeError as exc:
         raise RecipeError([f"{source}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}"]) from None
-    return _read_records(data, source, lambda: _json_item_lines(text))
+    return _read_records(data, source, lambda: _json_item_lines(text), ints.long)
 
 
 def _json_item_lines(text: str) -> list[int] | None:
     """Line of each top-level item of a JSON list, found by decoding it again (error path only)."""
-    decoder = json.JSONDecoder()
+    decoder = json.JSONDecoder(parse_int=_IntReader())
     lines: list[int] = []
     line, counted = 1, 0
     i = text.index("[") + 1
@@ -160,16 +202,16 @@ def _json_item_lines(text: str) -> list[int] | None:
 
 
 def _read_jsonl(text: str, source: str) -> _Rows:
-    records, lines = [], []
+    records, lines, ints = [], [], _IntReader()
     for n, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            records.append(json.loads(line))
+            records.append(json.loads(line, parse_int=ints))
         except json.JSONDecodeError as exc:
             raise RecipeError([f"{source}:{n}:{exc.colno}: not valid JSON: {exc.msg}"]) from None
         lines.append(n)
-    return _read_records(records, source, lambda: lines)
+    return _read_records(records, source, lambda: lines, ints.long)
 
 
 def _read_yaml(text: str, source: str) -> _Rows:

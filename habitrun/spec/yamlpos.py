@@ -10,6 +10,7 @@ bounded so a "billion laughs" file cannot exhaust memory.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,6 +63,17 @@ class Positions:
             if pos is not None:
                 return pos
         return (1, 1)
+
+
+def unreadable_value(text: str, exc: Exception) -> str:
+    """Why ``text`` cannot be read, without repeating all of a huge value."""
+    digits = sum(ch.isdigit() for ch in text)
+    if "digits" in str(exc) and digits > 50:
+        return (f"a number of {digits} digits is too long to read (at most "
+                f"{sys.get_int_max_str_digits() or digits - 1}); quote it to keep it as text")
+    shown = text if len(text) <= 60 else text[:57] + "..."
+    reason = str(exc)
+    return f"cannot read value {shown!r}: {reason if len(reason) <= 200 else reason[:197] + '...'}"
 
 
 def _tag(node: Node) -> str:
@@ -124,7 +136,7 @@ class _Builder:
         try:
             return self.constructor.construct_object(node, deep=True)
         except (YAMLError, ValueError, TypeError) as exc:
-            self.problem(node, path, f"cannot read value {node.value!r}: {exc}")
+            self.problem(node, path, unreadable_value(str(node.value), exc))
             return None
 
     def key(self, node: Node, path: Path_) -> Any:

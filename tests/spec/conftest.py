@@ -59,6 +59,10 @@ FILES = {
     "empty.csv": "subject_id,age\n",
     "ops.py": OPS,
     "broken.py": "raise RuntimeError('import-time failure')\n",
+    # an integer id of 5000 digits (Python converts at most 4300) on the third subject's line
+    "long.json": '[\n  {"subject_id": "S1"},\n  {"subject_id": 2},\n  {"subject_id": ' + "7" * 5000 + '}\n]\n',
+    "long.jsonl": '{"subject_id": "S1"}\n\n{"subject_id": ' + "7" * 5000 + '}\n',
+    "long.yaml": "- subject_id: S1\n- subject_id: " + "7" * 5000 + "\n",
 }
 
 
