@@ -135,6 +135,7 @@ def load_recipe(
         raise RecipeError([
             f"{source}:1:1: (top level): expected a mapping (habitrun: 1, name, subjects, stages ...), got {got}"
         ])
+    _ids_as_written(data, positions)
     overrides = tuple(overrides)
     data, origins = apply_overrides(data, overrides)
     locate = Locator(positions, origins)
@@ -162,6 +163,24 @@ def load_recipe(
         resolved=resolved,
         locate=locate,
     )
+
+
+def _ids_as_written(data: dict[str, Any], positions: Positions) -> None:
+    """Unquoted numbers in subjects.include/exclude become their text as written (``002``, not 2).
+
+    Subject ids are text: YAML reads ``include: [1, 002]`` as the integers 1 and 2,
+    while the manifest's id is '002'.
+    """
+    subjects = data.get("subjects")
+    if not isinstance(subjects, dict):
+        return
+    for name in ("include", "exclude"):
+        ids = subjects.get(name)
+        if isinstance(ids, list):
+            subjects[name] = [
+                positions.ints.get(("subjects", name, i), item) if type(item) is int else item
+                for i, item in enumerate(ids)
+            ]
 
 
 def _sorted(problems: list[str]) -> list[str]:

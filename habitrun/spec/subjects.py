@@ -360,7 +360,19 @@ def _filter_problems(loaded: LoadedRecipe, known: dict[str, int]) -> list[str]:
     for name, ids in (("include", spec.include or ()), ("exclude", spec.exclude)):
         for i, subject_id in enumerate(ids):
             if subject_id not in known:
-                close = difflib.get_close_matches(subject_id, list(known), n=1) if len(known) <= 5000 else []
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                hint = _missing_id_hint(name, subject_id, known)
                 problems.append(f"{loaded.locate(('subjects', name, i))}: subject {subject_id!r} is not in the manifest{hint}")
     return problems
+
+
+_INT_TEXT = re.compile(r"-?[0-9]{1,4300}")
+
+
+def _missing_id_hint(name: str, subject_id: str, known: dict[str, int]) -> str:
+    """A close manifest id; for a number, the manifest id it is as written (``2`` for '002')."""
+    if _INT_TEXT.fullmatch(subject_id):
+        same = next((k for k in known if k != subject_id and _INT_TEXT.fullmatch(k) and int(k) == int(subject_id)), None)
+        if same is not None:
+            return f" (did you mean {same!r}? write {name}: [{same!r}] — ids are text)"
+    close = difflib.get_close_matches(subject_id, list(known), n=1) if len(known) <= 5000 else []
+    return f" (did you mean {close[0]!r}?)" if close else ""

@@ -53,6 +53,8 @@ class Positions:
     source: str
     values: dict[Path_, tuple[int, int]] = field(default_factory=dict)
     keys: dict[Path_, tuple[int, int]] = field(default_factory=dict)
+    ints: dict[Path_, str] = field(default_factory=dict)
+    """Source text of each unquoted integer (``002`` for the value 2), for ids matched as written."""
 
     def locate(self, path: Path_, *, key: bool = False) -> tuple[int, int]:
         """Position of ``path`` (its key if ``key``), else of its nearest recorded ancestor."""
@@ -134,10 +136,13 @@ class _Builder:
             self.problem(node, path, f"tag {tag!r} is not allowed (only plain YAML values)")
             return None
         try:
-            return self.constructor.construct_object(node, deep=True)
+            value = self.constructor.construct_object(node, deep=True)
         except (YAMLError, ValueError, TypeError) as exc:
             self.problem(node, path, unreadable_value(str(node.value), exc))
             return None
+        if type(value) is int and not node.style:
+            self.pos.ints.setdefault(path, str(node.value))
+        return value
 
     def key(self, node: Node, path: Path_) -> Any:
         if not isinstance(node, ScalarNode):

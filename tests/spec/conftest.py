@@ -55,6 +55,7 @@ OPS = textwrap.dedent(
 
 FILES = {
     "subjects.csv": "subject_id,age\nS1,40\nS2,50\nS3,60\n",
+    "padded.csv": "subject_id,age\n1,40\n002,50\n003,60\n",
     "dup.csv": "subject_id,age\nS1,40\nS2,50\nS1,60\n",
     "empty.csv": "subject_id,age\n",
     "ops.py": OPS,

@@ -104,6 +104,7 @@ CASES = [
     Bad("long-int-json", (("manifest: subjects.csv", "manifest: long.json"),), where="long.json", line=4, fragment="[2].subject_id: a number of 5000 digits is too long to read (at most 4300); write a long id as a string in quotes"),
     Bad("long-int-jsonl", (("manifest: subjects.csv", "manifest: long.jsonl"),), where="long.jsonl", line=3, fragment="[1].subject_id: a number of 5000 digits is too long to read"),
     Bad("long-int-yaml", (("manifest: subjects.csv", "manifest: long.yaml"),), where="long.yaml", line=2, fragment="[1].subject_id: a number of 5000 digits is too long to read (at most 4300); quote it"),
+    Bad("include-number-not-as-written", overrides=("subjects.manifest=padded.csv", "subjects.include=[1, 2]"), where="override", fragment="subject '2' is not in the manifest (did you mean '002'? write include: ['002'] — ids are text)"),
     Bad("unknown-include", (("id: subject_id", "id: subject_id\n  include: [S1, S9]"),), line=7, fragment="subject 'S9' is not in the manifest"),
     # interpolation
     Bad("missing-var", (("${vars.bins}", "${vars.binz}"),), line=16, fragment="unknown variable 'vars.binz' (did you mean 'vars.bins'?)"),

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from habitrun.errors import RecipeError
 from habitrun.spec.loader import load_recipe
 from habitrun.spec.subjects import SubjectRow, load_subjects, safe_name
-from tests.spec.conftest import BASE, make_study
+from tests.spec.conftest import BASE, make_study, run_cli
 
 ROWS = [{"subject_id": "S1", "age": 40}, {"subject_id": "S2", "age": 50}, {"subject_id": "S3", "age": 60}]
 
@@ -178,3 +178,28 @@ def test_the_cycle_collector_is_back_on_after_loading_even_after_an_error(tmp_pa
         assert not gc.isenabled()  # a caller that had paused it keeps it paused
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize(("filters", "expected"), [
+    ("  include: [1, 002]\n", ["1", "002"]),
+    ("  exclude: [002]\n", ["1", "003"]),
+    ("  include: ['1', 003]\n", ["1", "003"]),
+])
+def test_numbers_in_include_and_exclude_match_as_written(tmp_path: Path, filters: str, expected: list[str]):
+    recipe = BASE.replace("manifest: subjects.csv\n  id: subject_id\n", "manifest: padded.csv\n  id: subject_id\n" + filters)
+    path = make_study(tmp_path / "s", recipe)
+    assert [row.id for row in load_subjects(load_recipe(path))] == expected
+    result = run_cli("validate", str(path), cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    resolved = load_recipe(path).resolved_yaml()  # written as text, so it reads back the same
+    (tmp_path / "s" / "resolved.yaml").write_text(resolved)
+    assert [row.id for row in load_subjects(load_recipe(tmp_path / "s" / "resolved.yaml"))] == expected
+
+
+def test_a_number_not_as_written_in_the_manifest_gets_a_hint_to_quote_it(tmp_path: Path):
+    recipe = BASE.replace("manifest: subjects.csv\n", "manifest: padded.csv\n  include: [1, 2]\n")
+    path = make_study(tmp_path / "s", recipe)
+    result = run_cli("validate", str(path), cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "recipe.yaml:6:16: subjects.include[1]:" in result.stderr
+    assert "subject '2' is not in the manifest (did you mean '002'? write include: ['002'] — ids are text)" in result.stderr
