@@ -63,11 +63,11 @@ def report_error(exc: HabitrunError) -> int:
     return exc.exit_code
 
 
-def main() -> None:
-    """Console-script entry point."""
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point; ``argv`` (default: ``sys.argv[1:]``) lets a test run it in-process."""
     load_commands()
     try:
-        app(prog_name="habitrun")
+        app(args=argv, prog_name="habitrun")
     except HabitrunError as exc:
         sys.exit(report_error(exc))
     except KeyboardInterrupt:
