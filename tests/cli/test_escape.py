@@ -72,6 +72,16 @@ def test_markup_in_ids_names_and_errors_is_printed_literally(tmp_path: Path) -> 
     replan = habitrun("plan", str(recipe), "--reason", cwd=tmp_path)
     assert replan.returncode == 0 and "no image for [[/data]/[/x]/ct.nii]" in replan.stdout
 
+    resume = habitrun("resume", str(recipe), cwd=tmp_path)
+    assert resume.returncode == 1 and "S[columns]: recorded failure" in resume.stdout, resume.stdout + resume.stderr
+    recipe.write_text(RECIPE.replace("name: a,", "name: '[/x]',"))  # the file no longer loads: the note quotes it
+    broken = habitrun("resume", str(recipe), cwd=tmp_path)
+    assert broken.returncode == 2 and "got '[/x]'" in broken.stderr, broken.stderr
+    run_folder = sorted((tmp_path / ".habitrun" / "runs").iterdir())[-1]
+    noted = habitrun("resume", str(run_folder), cwd=tmp_path)
+    assert noted.returncode == 1, noted.stdout + noted.stderr
+    assert "got '[/x]'" in noted.stdout.split("resuming with the stored recipe", 1)[1], noted.stdout
+
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("sid", MARKUP)
