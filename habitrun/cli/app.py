@@ -13,6 +13,8 @@ import sys
 import typer
 from rich.console import Console
 
+from habitrun import __version__
+from habitrun.cli.text import esc
 from habitrun.errors import EXIT_INTERRUPTED, HabitrunError
 
 app = typer.Typer(
@@ -24,6 +26,22 @@ app = typer.Typer(
 )
 
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"habitrun {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", help="Print habitrun's version and exit.",
+                                 callback=_print_version, is_eager=True),
+) -> None:
+    """Run a study's per-subject pipeline from a YAML recipe; resume it after any crash."""
+
 
 COMMAND_MODULES = ("validate", "schema", "init", "plan", "run", "resume", "status")
 
@@ -37,18 +55,19 @@ def load_commands() -> typer.Typer:
 
 def report_error(exc: HabitrunError) -> int:
     """Print an error the user can act on; return its exit code."""
-    err_console.print(f"[bold red]error:[/] {exc.message}", markup=True, highlight=False) if "\n" not in exc.message else (
-        err_console.print("[bold red]error:[/]", markup=True),
-        err_console.print(exc.message, markup=False, highlight=False),
-    )
+    if "\n" not in exc.message:
+        err_console.print(f"[bold red]error:[/] {esc(exc.message)}", highlight=False)
+    else:
+        err_console.print("[bold red]error:[/]")
+        err_console.print(exc.message, markup=False, highlight=False)
     return exc.exit_code
 
 
-def main() -> None:
-    """Console-script entry point."""
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point; ``argv`` (default: ``sys.argv[1:]``) lets a test run it in-process."""
     load_commands()
     try:
-        app(prog_name="habitrun")
+        app(args=argv, prog_name="habitrun")
     except HabitrunError as exc:
         sys.exit(report_error(exc))
     except KeyboardInterrupt:

@@ -17,10 +17,10 @@ from typing import Any
 import typer
 from rich import box
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from habitrun.cli.app import app
+from habitrun.cli.text import esc
 from habitrun.planner.plan import Plan, StagePlan, SubjectStatus, plan_study
 from habitrun.spec.loader import LoadedRecipe, load_recipe
 from habitrun.spec.subjects import load_subjects
@@ -57,7 +57,7 @@ def counts_table(plan: Plan, title: str | None = None) -> Table:
         cells = [
             f"[{_STYLE[c]}]{counts[c]}[/]" if counts[c] and c in _STYLE else str(counts[c]) for c in COLUMNS
         ]
-        table.add_row(escape(stage.name), stage.kind, *cells, str(len(stage.to_run())))
+        table.add_row(esc(stage.name), esc(stage.kind), *cells, str(len(stage.to_run())))
     return table
 
 
@@ -97,15 +97,15 @@ def print_reasons(console: Console, plan: Plan, store: CheckpointStore | None, l
         groups = reason_groups(stage, store)
         if not groups:
             continue
-        console.print(f"[bold]{escape(stage.name)}[/]")
+        console.print(f"[bold]{esc(stage.name)}[/]")
         for (status, why), sids in groups.items():
             shown = sids if limit <= 0 else sids[:limit]
             more = f" ... and {len(sids) - len(shown)} more" if len(shown) < len(sids) else ""
             console.print(
-                f"  [{_STYLE.get(status, 'default')}]{status}[/] ({escape(why)}): {len(sids)}",
+                f"  [{_STYLE.get(status, 'default')}]{status}[/] ({esc(why)}): {len(sids)}",
                 highlight=False,
             )
-            console.print("    " + escape(", ".join(shown)) + more, highlight=False)
+            console.print("    " + esc(", ".join(shown)) + more, highlight=False)
 
 
 def plan_json(loaded: LoadedRecipe, plan: Plan, store: CheckpointStore | None) -> dict[str, Any]:
@@ -141,7 +141,7 @@ def plan(
         console = make_console()
         where = f"store {loaded.store_dir()}" if store is not None else "no store yet: nothing has run"
         title = f"plan for {loaded.recipe.name} ({len(subjects)} subjects; {where})"
-        console.print(counts_table(the_plan, escape(title)))
+        console.print(counts_table(the_plan, esc(title)))
         if reason:
             print_reasons(console, the_plan, store, limit)
         total = sum(len(s.to_run()) for s in the_plan)

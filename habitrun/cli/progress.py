@@ -12,7 +12,6 @@ import time
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -25,13 +24,15 @@ from rich.progress import (
 )
 from rich.text import Text
 
+from habitrun.cli.text import esc
+
 PLAIN_INTERVAL_SEC = 5.0
 BAR_UPDATE_SEC = 0.1  # a bar takes the subjects finished since its last update at most this often
 
 
 def _tag(stage: str) -> str:
     """`[stage]` escaped, so rich does not read it as markup."""
-    return escape(f"[{stage}]")
+    return esc(f"[{stage}]")
 
 
 class _RateColumn(ProgressColumn):
@@ -112,12 +113,12 @@ class RunDisplay:
             return
 
     def _on_warning(self, e: dict[str, Any]) -> None:
-        self.print(f"[yellow]warning:[/] {e['message']}")
+        self.print(f"[yellow]warning:[/] {esc(e['message'])}")
 
     def _on_run_started(self, e: dict[str, Any]) -> None:
         resumed = f" (resuming {e['resumed_from']})" if e.get("resumed_from") else ""
-        self.print(f"habitrun run {e['run_id']}{resumed}: {e['subjects']} subjects, "
-                   f"stages {' -> '.join(e['stages'])}")
+        self.print(esc(f"habitrun run {e['run_id']}{resumed}: {e['subjects']} subjects, "
+                       f"stages {' -> '.join(e['stages'])}"))
 
     def _on_stage_started(self, e: dict[str, Any]) -> None:
         stage = e["stage"]
@@ -127,10 +128,10 @@ class RunDisplay:
         self.stats[stage] = st
         if self.progress is not None:
             completed = e["cached"] + st["failed"] + st["skipped"]
-            self.tasks[stage] = self.progress.add_task(stage, total=max(e["total"], 1), completed=completed,
+            self.tasks[stage] = self.progress.add_task(esc(stage), total=max(e["total"], 1), completed=completed,
                                                        **{k: st[k] for k in ("done", "failed", "cached", "skipped", "ran", "started")})
         else:
-            self.print(f"{_tag(stage)} {e['kind']} stage: {e['total']} subject(s), {e['cached']} cached, "
+            self.print(f"{_tag(stage)} {esc(e['kind'])} stage: {e['total']} subject(s), {e['cached']} cached, "
                        f"{e['to_run']} to run" + (f", {e['blocked']} skipped (upstream failed)" if e.get("blocked") else ""))
 
     def _advance(self, stage: str) -> None:
@@ -180,8 +181,8 @@ class RunDisplay:
         if st is not None:
             st["failed"] += 1
             st["ran"] += 1
-        self.print(f"[red]{_tag(e['stage'])} {escape(e['subject'])} failed[/] ({e.get('kind')}): {e.get('error')}  "
-                   f"[dim]log: {e.get('log')}[/]")
+        self.print(f"[red]{_tag(e['stage'])} {esc(e['subject'])} failed[/] ({esc(e.get('kind'))}): {esc(e.get('error'))}  "
+                   f"[dim]log: {esc(e.get('log'))}[/]")
         self._advance(e["stage"])
 
     def _on_retry_round(self, e: dict[str, Any]) -> None:

@@ -19,6 +19,7 @@ from rich.console import Console
 from habitrun.cli.app import app
 from habitrun.cli.progress import RunDisplay
 from habitrun.cli.summary import print_summary
+from habitrun.cli.text import esc
 from habitrun.engine.runner import run_study
 from habitrun.errors import HabitrunError, RecipeError, StoreError
 from habitrun.spec.loader import LoadedRecipe, load_recipe
@@ -67,7 +68,7 @@ def resume(
     previous, recipe_path = find_run(target)
     if previous is None:
         # Killed before its first run folder existed: nothing was stored, so resuming is running.
-        console.print(f"no earlier run of {recipe_path} was recorded; starting one", highlight=False)
+        console.print(f"no earlier run of {esc(recipe_path)} was recorded; starting one", highlight=False)
         loaded = load_recipe(recipe_path)
         with RunDisplay(console, quiet=quiet) as display:
             summary = run_study(loaded, argv=sys.argv, observer=display.on_event)
@@ -86,7 +87,7 @@ def resume(
     except HabitrunError as exc:
         if use_current:
             raise
-        console.print(f"[yellow]note:[/] the recipe file no longer loads; resuming with the stored recipe ({exc.message.splitlines()[0]})")
+        console.print(f"[yellow]note:[/] the recipe file no longer loads; resuming with the stored recipe ({esc(exc.message.splitlines()[0])})")
     if stored is not None and current is not None:
         before = _body(previous.recipe_file.read_text())
         after = _body(current.resolved_yaml())
@@ -97,7 +98,7 @@ def resume(
             console.print("resuming with the recipe [bold]as it was run[/]; pass --use-current to use the file as it is now")
     loaded = current if use_current else stored
     assert loaded is not None
-    console.print(f"resuming run {previous.run_id} ({previous.path})", highlight=False)
+    console.print(f"resuming run {esc(previous.run_id)} ({esc(previous.path)})", highlight=False)
     with RunDisplay(console, quiet=quiet) as display:
         summary = run_study(loaded, argv=sys.argv, observer=display.on_event, resumed_from=previous,
                             source_path=recipe_path)

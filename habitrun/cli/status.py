@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.markup import escape
 
 from habitrun.cli.app import app
 from habitrun.cli.plan import counts_table, make_console, open_existing_store
+from habitrun.cli.text import esc
 from habitrun.errors import StoreError
 from habitrun.planner.plan import Plan, SubjectStatus, plan_study
 from habitrun.spec.loader import LoadedRecipe, load_recipe
@@ -105,7 +105,7 @@ def status(
         if as_json:
             typer.echo(json.dumps({"recipe": str(loaded.path), "run": None}))
         else:
-            console.print(f"no run yet for {escape(str(loaded.path))} (runs go to {escape(str(loaded.run_root() / 'runs'))})")
+            console.print(f"no run yet for {esc(str(loaded.path))} (runs go to {esc(str(loaded.run_root() / 'runs'))})")
         return
     outcome, info = run_state(run, loaded)
     subjects = load_subjects(loaded)
@@ -125,12 +125,12 @@ def status(
             "failures": failed,
         }, indent=1, ensure_ascii=False))
         return
-    console.print(f"[bold]run {escape(run.run_id)}[/]: {escape(outcome)}")
-    console.print(f"  folder   {escape(str(run.path))}")
-    console.print(f"  started  {escape(str(info.get('started_at', '?')))}")
+    console.print(f"[bold]run {esc(run.run_id)}[/]: {esc(outcome)}")
+    console.print(f"  folder   {esc(str(run.path))}")
+    console.print(f"  started  {esc(str(info.get('started_at', '?')))}")
     if info.get("ended_at"):
-        console.print(f"  ended    {escape(str(info['ended_at']))}")
-    console.print(counts_table(plan, f"stages of {escape(loaded.recipe.name)} now"))
+        console.print(f"  ended    {esc(str(info['ended_at']))}")
+    console.print(counts_table(plan, f"stages of {esc(loaded.recipe.name)} now"))
     if not failed:
         console.print("no failed subjects")
         return
@@ -138,8 +138,8 @@ def status(
     shown = failed if show_all else failed[:MAX_FAILURES_SHOWN]
     for f in shown:
         what = f"{f['kind']}: {f['error']}" if f["kind"] else f["error"]
-        console.print(f"  {escape(f['stage'])} {escape(f['subject'])}: {escape(what)}", highlight=False)
+        console.print(f"  {esc(f['stage'])} {esc(f['subject'])}: {esc(what)}", highlight=False)
         if f["log"]:
-            console.print(f"      log: {escape(f['log'])}", highlight=False)
+            console.print(f"      log: {esc(f['log'])}", highlight=False)
     if len(shown) < len(failed):
         console.print(f"  ... and {len(failed) - len(shown)} more (habitrun status --all)")

@@ -64,3 +64,30 @@ def test_a_bar_takes_many_subjects_per_update_and_ends_exact_even_without_stage_
         # interrupted: no stage_finished; leaving the display shows what was counted
     assert len(updates) < 50 and sum(a for a in updates if a) == 500
     assert "500/500" in buffer.getvalue() and "500 done" in buffer.getvalue()
+
+
+MARKUP_EVENTS = [
+    {"event": "warning", "message": "odd [/x] value [bold red]y"},
+    {"event": "run_started", "run_id": "r[/x]", "subjects": 1, "stages": ["f[/x]"], "resumed_from": None},
+    {"event": "stage_started", "stage": "f[/x]", "kind": "map", "total": 1, "cached": 0, "to_run": 1,
+     "blocked": 0, "recorded_failures": 0},
+    {"event": "subject_failed", "stage": "f[/x]", "subject": "[link=file:///etc]s", "attempt": 1,
+     "kind": "exception", "error": "FileNotFoundError: no image for [/data/S002/ct.nii]", "final": True,
+     "log": "/tmp/[bold red]s.log"},
+    {"event": "console", "line": "[f/0] rank says [/x]\n"},
+    {"event": "stage_finished", "stage": "f[/x]", "total": 1, "done": 0, "cached": 0, "failed": 1,
+     "skipped": 0, "not_run": 0},
+]
+
+
+def test_markup_in_events_is_drawn_literally_on_bars_and_plain_lines() -> None:
+    for terminal in (True, False):
+        buffer = io.StringIO()
+        console = Console(file=buffer, width=200, force_terminal=terminal, color_system=None)
+        with RunDisplay(console) as display:
+            for event in MARKUP_EVENTS:
+                display.on_event(event)
+        out = buffer.getvalue()
+        for text in ("odd [/x] value [bold red]y", "f[/x]", "[link=file:///etc]s failed",
+                     "no image for [/data/S002/ct.nii]", "/tmp/[bold red]s.log", "[f/0] rank says [/x]"):
+            assert text in out, (terminal, text, out)
