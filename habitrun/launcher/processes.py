@@ -30,6 +30,7 @@ from habitrun.errors import LaunchError
 from habitrun.launcher._child import FunctionRankSpec, run_function_rank
 from habitrun.launcher.errorfile import ERROR_FILE_ENV, read_error_file
 from habitrun.launcher.lifeline import TRAMPOLINE
+from habitrun.launcher.logdir import claim_log_dir
 from habitrun.launcher.results import GroupResult, RankResult
 from habitrun.launcher.std import Std, to_map
 from habitrun.launcher.streams import Console, Pump, default_console
@@ -81,9 +82,7 @@ def _signal_group(pid: int, sig: int) -> None:
     try:
         os.killpg(pid, sig)
         return
-    except ProcessLookupError:
-        pass
-    except PermissionError:
+    except (ProcessLookupError, PermissionError):
         pass
     try:
         os.kill(pid, sig)
@@ -177,7 +176,7 @@ class ProcessContext:
     # -- starting -------------------------------------------------------------------------
 
     def start(self) -> None:
-        shutil.rmtree(self.log_dir, ignore_errors=True)
+        claim_log_dir(self.log_dir)
         for d in self._rank_dirs.values():
             os.makedirs(d, exist_ok=True)
         is_command = not callable(self.entrypoint)
@@ -473,8 +472,8 @@ def start_processes(
 
     ``entrypoint`` is a picklable function (called as ``fn(*args[rank])``, its
     return value in the result) or an argv list (``args[rank]`` appended).
-    Logs go to ``log_dir/<rank>/stdout.log|stderr.log|error.json``; the
-    context sets TORCHELASTIC_ERROR_FILE accordingly.
+    Logs go to ``log_dir/<rank>/stdout.log|stderr.log|error.json`` and set
+    TORCHELASTIC_ERROR_FILE; a ``log_dir`` holding anything is refused, never emptied.
     """
     ctx = ProcessContext(
         name,

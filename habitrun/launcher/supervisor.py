@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from habitrun.launcher.environment import rank_env
+from habitrun.launcher.logdir import check_attempt_dirs
 from habitrun.launcher.ports import PortReservation
 from habitrun.launcher.processes import StdSpec, start_processes
 from habitrun.launcher.results import GroupResult, RankResult
@@ -120,6 +121,7 @@ def launch(
     started = time.monotonic()
     log_root = os.path.abspath(os.fspath(log_dir))
     os.makedirs(log_root, exist_ok=True)
+    check_attempt_dirs(log_root, max_restarts + 1)
     run_id = run_id or uuid.uuid4().hex
     per_rank = dict(args) if isinstance(args, Mapping) else dict.fromkeys(range(nprocs), tuple(args))
     say = console or default_console("err")
