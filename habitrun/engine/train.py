@@ -155,6 +155,7 @@ def run_train_stage(
             console=console,
             wake=[stop.fileno()],
             hurry=lambda: stop.hard,  # a second Ctrl-C ends the ranks' grace at once
+            stop_signal=lambda: stop.signum,  # the ranks get the signal habitrun got, as under torchrun
         )
     except HabitrunError as exc:  # the group could not start (a command not found, ...)
         return outcome(False, None, str(exc), None, 0)
