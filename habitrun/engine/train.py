@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -115,6 +116,7 @@ def run_train_stage(
 
     if stop.is_set():
         return outcome(False, None, "interrupted", None, 0)
+    _clear_earlier_attempts(stage_dir)
     inputs_path = _write_inputs(stage_dir, inputs)
     root = str(Path(search_path[0]).absolute()) if search_path else os.getcwd()
     pythonpath = os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])
@@ -153,6 +155,7 @@ def run_train_stage(
             console=console,
             wake=[stop.fileno()],
             hurry=lambda: stop.hard,  # a second Ctrl-C ends the ranks' grace at once
+            stop_signal=lambda: stop.signum,  # the ranks get the signal habitrun got, as under torchrun
         )
     except HabitrunError as exc:  # the group could not start (a command not found, ...)
         return outcome(False, None, str(exc), None, 0)
@@ -167,6 +170,17 @@ def run_train_stage(
     else:
         result = launched.return_values.get(0)
     return outcome(True, result, None, None, attempts)
+
+
+def _clear_earlier_attempts(stage_dir: Path) -> None:
+    """A rerun of the stage replaces the ``attempt_<n>`` log folders an earlier run of it wrote here.
+
+    ``stage_dir`` is habitrun's own run folder; the launcher itself never deletes
+    (it refuses a log_dir that already holds attempt folders).
+    """
+    for old in stage_dir.glob("attempt_*"):
+        if old.is_dir() and re.fullmatch(r"attempt_\d+", old.name):
+            shutil.rmtree(old)
 
 
 def _std(value: str | dict[int, str]) -> Any:

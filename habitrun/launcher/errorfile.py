@@ -78,17 +78,22 @@ def read_error_file(path: str | os.PathLike[str] | None) -> ErrorInfo | None:
     except (OSError, ValueError):
         return None
     message = data.get("message") if isinstance(data, dict) else None
-    if isinstance(message, str):
-        return ErrorInfo(message, None, None)
+    if isinstance(message, str):  # torch's flat format: the timestamp sits at the top level
+        return ErrorInfo(message, None, _timestamp(data.get("timestamp")))
     if not isinstance(message, dict):
         return None
     extra = message.get("extraInfo") or {}
-    stamp = extra.get("timestamp")
+    return ErrorInfo(str(message.get("message", "")), extra.get("py_callstack"), _timestamp(extra.get("timestamp")))
+
+
+def _timestamp(stamp: Any) -> int | None:
+    """Seconds since the epoch from an int or a numeric string (torch writes both); else None."""
+    if isinstance(stamp, bool):
+        return None
     try:
-        timestamp = int(stamp) if stamp is not None else None
-    except (TypeError, ValueError):
-        timestamp = None
-    return ErrorInfo(str(message.get("message", "")), extra.get("py_callstack"), timestamp)
+        return int(stamp) if isinstance(stamp, (int, str)) else None
+    except ValueError:
+        return None
 
 
 def record(fn: F) -> F:

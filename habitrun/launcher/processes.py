@@ -30,7 +30,9 @@ from habitrun.errors import LaunchError
 from habitrun.launcher._child import FunctionRankSpec, run_function_rank
 from habitrun.launcher.errorfile import ERROR_FILE_ENV, read_error_file
 from habitrun.launcher.lifeline import TRAMPOLINE
+from habitrun.launcher.logdir import claim_log_dir
 from habitrun.launcher.results import GroupResult, RankResult
+from habitrun.launcher.signalling import drain, signal_group
 from habitrun.launcher.std import Std, to_map
 from habitrun.launcher.streams import Console, Pump, default_console
 from habitrun.launcher.watchdog import Watchdog
@@ -74,21 +76,6 @@ def plan_streams(
             else:
                 plans[rank][stream] = StreamPlan("inherit", None)
     return plans
-
-
-def _signal_group(pid: int, sig: int) -> None:
-    """Signal the rank's process group; before the rank has made its group, the rank alone."""
-    try:
-        os.killpg(pid, sig)
-        return
-    except ProcessLookupError:
-        pass
-    except PermissionError:
-        pass
-    try:
-        os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 class _Handle:
@@ -177,7 +164,7 @@ class ProcessContext:
     # -- starting -------------------------------------------------------------------------
 
     def start(self) -> None:
-        shutil.rmtree(self.log_dir, ignore_errors=True)
+        claim_log_dir(self.log_dir)
         for d in self._rank_dirs.values():
             os.makedirs(d, exist_ok=True)
         is_command = not callable(self.entrypoint)
@@ -359,7 +346,15 @@ class ProcessContext:
         """Block until ``poll()`` has a result, ``timeout`` passes, or a ``wake`` fd is readable.
 
         Returns None on timeout or wake-up (the group keeps running; call close()).
+        Interrupted (KeyboardInterrupt: SIGINT to the ranks), it closes the group, then re-raises.
         """
+        try:
+            return self._wait(timeout, wake)
+        except BaseException as exc:  # non-daemon ranks would hold the interpreter's exit
+            self.close(signal.SIGINT if isinstance(exc, KeyboardInterrupt) else signal.SIGTERM, self.grace)
+            raise
+
+    def _wait(self, timeout: float | None, wake: Sequence[int]) -> GroupResult | None:
         deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
         while True:
             result = self.poll()
@@ -388,17 +383,17 @@ class ProcessContext:
         timeout = self.grace if timeout is None else timeout
         watch = list(wake) if hurry is not None else []
         for fd in watch:
-            _drain(fd)  # what woke us already: only what comes later may cut the grace
+            drain(fd)  # what woke us already: only what comes later may cut the grace
         if hurry is not None and hurry():
             timeout = 0.0  # already asked twice
         self._reap()
         live = self._live()
         for rank in live:
             self._results[rank].stopped = True
-            _signal_group(self._handles[rank].pid, death_sig)
+            signal_group(self._handles[rank].pid, death_sig)
         for rank, res in self._results.items():
             if res.exitcode is not None and rank in self._handles:
-                _signal_group(self._handles[rank].pid, signal.SIGKILL)  # its leftover children
+                signal_group(self._handles[rank].pid, signal.SIGKILL)  # its leftover children
         deadline = time.monotonic() + max(timeout, 0)
         while self._live():
             left = deadline - time.monotonic()
@@ -408,13 +403,13 @@ class ProcessContext:
             woken = [fd for fd in watch if fd in ready]
             if woken:
                 for fd in woken:
-                    if not _drain(fd):
+                    if not drain(fd):
                         watch.remove(fd)  # closed: it cannot wake us again
                 if hurry is not None and hurry():
                     break
             self._reap()
         for rank in self._handles:
-            _signal_group(self._handles[rank].pid, signal.SIGKILL)
+            signal_group(self._handles[rank].pid, signal.SIGKILL)
         while self._live():
             mpc.wait([self._handles[r].wait_fd() for r in self._live()], 1.0)
             self._reap()
@@ -441,17 +436,6 @@ class ProcessContext:
         return GroupResult(attempt=self.attempt, ranks=dict(self._results))
 
 
-def _drain(fd: int) -> bool:
-    """Read what is waiting on a wake fd (never blocking); False once it is closed or unusable."""
-    try:
-        while mpc.wait([fd], 0):
-            if not os.read(fd, 4096):
-                return False  # end of file
-    except OSError:
-        return False
-    return True
-
-
 def start_processes(
     name: str,
     entrypoint: Callable[..., Any] | Sequence[str],
@@ -473,8 +457,8 @@ def start_processes(
 
     ``entrypoint`` is a picklable function (called as ``fn(*args[rank])``, its
     return value in the result) or an argv list (``args[rank]`` appended).
-    Logs go to ``log_dir/<rank>/stdout.log|stderr.log|error.json``; the
-    context sets TORCHELASTIC_ERROR_FILE accordingly.
+    Logs go to ``log_dir/<rank>/stdout.log|stderr.log|error.json`` and set
+    TORCHELASTIC_ERROR_FILE; a ``log_dir`` holding anything is refused, never emptied.
     """
     ctx = ProcessContext(
         name,

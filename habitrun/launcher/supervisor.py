@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from habitrun.launcher.environment import rank_env
+from habitrun.launcher.logdir import check_attempt_dirs
 from habitrun.launcher.ports import PortReservation
 from habitrun.launcher.processes import StdSpec, start_processes
 from habitrun.launcher.results import GroupResult, RankResult
@@ -106,6 +107,7 @@ def launch(
     console: Console | None = None,
     wake: Sequence[int] = (),
     hurry: Callable[[], bool] | None = None,
+    stop_signal: Callable[[], int | None] | None = None,
     master_addr: str = "127.0.0.1",
 ) -> LaunchResult:
     """Run ``nprocs`` ranks of ``entrypoint`` until they succeed, fail past ``max_restarts``, time out or are woken.
@@ -113,13 +115,15 @@ def launch(
     ``args``: one tuple for every rank, or a map by rank. Ranks inherit
     ``base_env`` (default: our environment) updated with ``env``. ``timeout``: seconds
     per attempt. ``wake``: file descriptors (a stop flag's) that, once
-    readable, stop the group (SIGTERM, ``grace``, SIGKILL) with status interrupted.
+    readable, stop the group (``stop_signal()``, else SIGTERM; ``grace``; SIGKILL) with
+    status interrupted: pass the signal the caller received, as torchrun forwards it.
     ``hurry``: asked when a ``wake`` fd becomes readable again during that grace
     (it is drained first); True (a second Ctrl-C) kills the ranks at once.
     """
     started = time.monotonic()
     log_root = os.path.abspath(os.fspath(log_dir))
     os.makedirs(log_root, exist_ok=True)
+    check_attempt_dirs(log_root, max_restarts + 1)
     run_id = run_id or uuid.uuid4().hex
     per_rank = dict(args) if isinstance(args, Mapping) else dict.fromkeys(range(nprocs), tuple(args))
     say = console or default_console("err")
@@ -167,7 +171,8 @@ def launch(
                 raise
             if result is None:
                 interrupted = _readable(wake)
-                result = ctx.close(signal.SIGTERM, grace, wake=wake, hurry=hurry)
+                sig = (stop_signal() if interrupted and stop_signal else None) or signal.SIGTERM
+                result = ctx.close(sig, grace, wake=wake, hurry=hurry)
                 out.attempts.append(result)
                 if interrupted:
                     out.status, out.error = "interrupted", "interrupted"

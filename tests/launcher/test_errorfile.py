@@ -109,3 +109,23 @@ def test_undecorated_command_failure_points_at_its_stderr(tmp_path, console):
     assert "exited with code 4" in result.error and "no error file" in result.error
     assert "stderr.log" in result.error
     assert result.traceback == "last words"
+
+
+def test_flat_error_files_keep_their_top_level_timestamp(tmp_path, console):
+    # torch's flat format, as a script without @record (or an older torch) writes it
+    (tmp_path / "int.json").write_text(json.dumps({"message": "boom", "timestamp": 10}))
+    (tmp_path / "str.json").write_text(json.dumps({"message": "boom", "timestamp": "1700000000"}))
+    (tmp_path / "bad.json").write_text(json.dumps({"message": "boom", "timestamp": "soon"}))
+    assert read_error_file(tmp_path / "int.json").timestamp == 10
+    assert read_error_file(tmp_path / "str.json").timestamp == 1_700_000_000
+    assert read_error_file(tmp_path / "bad.json").timestamp is None
+    # a real rank writing the flat format: the launcher reads its timestamp back
+    import psutil
+
+    before = {c.pid for c in psutil.Process().children(recursive=True)}
+    code = ("import json, os, sys; json.dump({'message': 'flat failure', 'timestamp': 42}, "
+            "open(os.environ['TORCHELASTIC_ERROR_FILE'], 'w')); sys.exit(3)")
+    result = launch([sys.executable, "-c", code], nprocs=1, log_dir=tmp_path / "logs", console=console)
+    assert result.status == "failed"
+    assert result.root_cause.error.message == "flat failure" and result.root_cause.error.timestamp == 42
+    assert {c.pid for c in psutil.Process().children(recursive=True)} <= before

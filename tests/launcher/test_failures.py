@@ -187,3 +187,38 @@ def test_keyboard_interrupt_in_a_library_caller_leaves_no_rank(tmp_path, console
         signal.signal(signal.SIGALRM, previous)
     pids = [int(p.read_text()) for p in ready]
     assert not [p for p in pids if is_alive(p)]
+
+
+WAITING_SCRIPT = """
+import os, sys
+sys.path.insert(0, {repo!r})
+from habitrun.launcher import start_processes
+from tests.launcher import ranks
+if __name__ == "__main__":
+    out = {out!r}
+    envs = {{r: {{**os.environ, "RANK": str(r)}} for r in range(2)}}
+    ctx = start_processes("w", ranks.hang, {{r: (out,) for r in range(2)}}, envs, out + "/logs", grace=3)
+    ctx.wait()
+"""
+
+
+@pytest.mark.timeout(90)
+def test_sigint_to_a_script_waiting_on_function_ranks_closes_them_within_the_grace(tmp_path):
+    script = tmp_path / "waiting.py"
+    script.write_text(WAITING_SCRIPT.format(repo=str(REPO), out=str(tmp_path)))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for([tmp_path / "r0.ready", tmp_path / "r1.ready"])
+        pids = [int((tmp_path / f"r{r}.ready").read_text()) for r in (0, 1)]
+        proc.send_signal(signal.SIGINT)
+        started = time.monotonic()
+        proc.wait(timeout=15)  # before: the interpreter's exit joined the ranks (120 s)
+        assert time.monotonic() - started < 3 + 5
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    deadline = time.monotonic() + 5
+    while any(is_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [p for p in pids if is_alive(p)]

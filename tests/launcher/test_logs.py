@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
@@ -98,3 +99,31 @@ def test_plan_streams_matrix():
 def test_bad_stream_selection_is_a_launch_error(bad):
     with pytest.raises(LaunchError):
         plan_streams(2, {0: "a", 1: "b"}, redirects=bad, tee="none", local_ranks_filter=None)
+
+
+def test_start_processes_never_deletes_the_folder_it_is_given(tmp_path, console):
+    import psutil
+
+    from habitrun.launcher import start_processes
+
+    before = {c.pid for c in psutil.Process().children(recursive=True)}
+    keep = tmp_path / "mine.txt"
+    keep.write_text("precious")
+    envs = {0: {**os.environ, "RANK": "0"}}
+    with pytest.raises(LaunchError, match="not empty"):
+        start_processes("t", ranks.return_value, {0: ()}, envs, str(tmp_path), console=console)
+    assert keep.read_text() == "precious"
+    # an empty or missing folder is fine, and is created
+    ctx = start_processes("t", ranks.return_value, {0: ()}, envs, str(tmp_path / "new"), console=console)
+    assert not ctx.wait().failed
+    assert (tmp_path / "new" / "0").is_dir()
+    assert {c.pid for c in psutil.Process().children(recursive=True)} <= before
+
+
+def test_launch_refuses_a_log_dir_with_an_earlier_launchs_attempts(tmp_path, console):
+    (tmp_path / "notes.txt").write_text("mine")  # other files in log_dir are fine and left alone
+    assert launch(ranks.return_value, nprocs=1, log_dir=tmp_path, console=console).ok
+    with pytest.raises(LaunchError, match="already holds"):
+        launch(ranks.return_value, nprocs=1, log_dir=tmp_path, console=console)
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+    assert (tmp_path / "attempt_0" / "0").is_dir()

@@ -49,8 +49,25 @@ def forever():
 
 
 def stubborn():
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # sits out the whole grace
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)  # sits out the whole grace
     forever()
+
+
+def polite():
+    got = []
+
+    def note(signum, frame):
+        got.append(signum)
+        raise KeyboardInterrupt
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, note)
+    try:
+        forever()
+    except KeyboardInterrupt:  # a training script's clean-up: runs on the signal habitrun received
+        Path(os.environ["HABITRUN_WORKDIR"], f"caught{os.environ['RANK']}").write_text(
+            signal.Signals(got[0] if got else signal.SIGINT).name)
 '''
 
 CMD_TRAINER = '''
@@ -224,6 +241,16 @@ def _assert_ranks_and_children_gone(tmp_path: Path) -> None:
 def test_a_signal_to_habitrun_stops_every_rank_and_child(study, tmp_path, sig):
     out = _signalled_run(study, tmp_path, grace=5, entry="forever", signals=lambda proc: proc.send_signal(sig))
     assert "OUTCOME False interrupted" in out
+    _assert_ranks_and_children_gone(tmp_path)
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP])
+def test_ranks_receive_the_signal_habitrun_received(study, tmp_path, sig):
+    out = _signalled_run(study, tmp_path, grace=10, entry="polite", signals=lambda proc: proc.send_signal(sig))
+    assert "OUTCOME False interrupted" in out
+    for rank in (0, 1):  # torchrun forwards the signal: a KeyboardInterrupt handler runs on Ctrl-C
+        assert (tmp_path / "work" / f"caught{rank}").read_text() == sig.name
     _assert_ranks_and_children_gone(tmp_path)
 
 
