@@ -23,6 +23,7 @@ from habitrun.cli.text import esc
 from habitrun.engine.runner import run_study
 from habitrun.errors import HabitrunError, RecipeError, StoreError
 from habitrun.spec.loader import LoadedRecipe, load_recipe
+from habitrun.spec.opcheck import OperatorCheck
 from habitrun.store.runs import RunFolder, latest_run
 
 DEFAULT_RECIPE = Path("recipe.yaml")
@@ -70,8 +71,8 @@ def resume(
         # Killed before its first run folder existed: nothing was stored, so resuming is running.
         console.print(f"no earlier run of {esc(recipe_path)} was recorded; starting one", highlight=False)
         loaded = load_recipe(recipe_path)
-        with RunDisplay(console, quiet=quiet) as display:
-            summary = run_study(loaded, argv=sys.argv, observer=display.on_event)
+        with OperatorCheck.start(loaded) as operators, RunDisplay(console, quiet=quiet) as display:
+            summary = run_study(loaded, argv=sys.argv, observer=display.on_event, preflight=operators.raise_problems)
         print_summary(console, summary, recipe_arg=str(target or DEFAULT_RECIPE))
         raise typer.Exit(summary.exit_code)
     provenance = previous.read_provenance()
@@ -99,9 +100,9 @@ def resume(
     loaded = current if use_current else stored
     assert loaded is not None
     console.print(f"resuming run {esc(previous.run_id)} ({esc(previous.path)})", highlight=False)
-    with RunDisplay(console, quiet=quiet) as display:
+    with OperatorCheck.start(loaded) as operators, RunDisplay(console, quiet=quiet) as display:
         summary = run_study(loaded, argv=sys.argv, observer=display.on_event, resumed_from=previous,
-                            source_path=recipe_path)
+                            source_path=recipe_path, preflight=operators.raise_problems)
     print_summary(console, summary, recipe_arg=str(target or DEFAULT_RECIPE))
     raise typer.Exit(summary.exit_code)
 

@@ -14,6 +14,7 @@ from habitrun.cli.progress import RunDisplay
 from habitrun.cli.summary import print_summary
 from habitrun.engine.runner import run_study
 from habitrun.spec.loader import load_recipe
+from habitrun.spec.opcheck import OperatorCheck
 
 
 @app.command()
@@ -25,7 +26,7 @@ def run(
     """Run every stage for every subject; subjects already stored as done are skipped."""
     loaded = load_recipe(recipe, overrides=tuple(overrides or ()))
     console = Console(highlight=False, soft_wrap=True)
-    with RunDisplay(console, quiet=quiet) as display:
-        summary = run_study(loaded, argv=sys.argv, observer=display.on_event)
+    with OperatorCheck.start(loaded) as operators, RunDisplay(console, quiet=quiet) as display:
+        summary = run_study(loaded, argv=sys.argv, observer=display.on_event, preflight=operators.raise_problems)
     print_summary(console, summary, recipe_arg=str(recipe))
     raise typer.Exit(summary.exit_code)

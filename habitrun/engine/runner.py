@@ -92,9 +92,17 @@ def run_study(
     resumed_from: RunFolder | None = None,
     source_path: Path | None = None,
     install_signal_handlers: bool = True,
+    preflight: Callable[[], None] | None = None,
 ) -> RunSummary:
-    """Run (or resume) a study to the end, or until stopped; never raises for a subject's failure."""
+    """Run (or resume) a study to the end, or until stopped; never raises for a subject's failure.
+
+    ``preflight`` (the operator check the CLI started in a child process) is
+    waited for once the manifest is loaded, before anything is written, so a
+    bad operator stops the run with nothing written.
+    """
     subjects = load_subjects(loaded)
+    if preflight is not None:
+        preflight()  # before anything is written, and before the signal handlers: Ctrl-C here interrupts
     stop = stop or StopFlag()
     store_dir = loaded.store_dir()
     store_dir.parent.mkdir(parents=True, exist_ok=True)
