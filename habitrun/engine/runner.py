@@ -336,7 +336,7 @@ class _StudyRunner:
                                    "attempt": task.attempt, "duration_sec": round(outcome.duration_sec, 6),
                                    "pid": outcome.worker_pid})
                     continue
-                final = task.attempt > rounds or fail_fast or self.stop.is_set()
+                final = task.attempt > rounds or fail_fast or self.stop.is_set() or not policy.retries(outcome.kind)
                 events.append({"event": "subject_failed", "stage": stage.name, "subject": sid,
                                "attempt": task.attempt, "kind": outcome.kind, "error": outcome.error,
                                "final": final, "log": task.log_path, "pid": outcome.worker_pid})

@@ -207,7 +207,8 @@ def test_fail_fast_stops_at_the_first_failure_and_exits_1_naming_it(tmp_path: Pa
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_failures_are_isolated_retried_and_downstream_skipped(tmp_path: Path, backend: str) -> None:
-    recipe = make_study(tmp_path / "study", subjects=6, policy={**backend_policy(backend), "auto_retry_rounds": 1},
+    recipe = make_study(tmp_path / "study", subjects=6, policy={**backend_policy(backend), "auto_retry_rounds": 1,
+                                                          "auto_retry_on": "all"},
                         square_params={"fail": ["S001"]})
     result = run_cli("run", str(recipe))
     assert result.returncode == 1, result.stdout + result.stderr
