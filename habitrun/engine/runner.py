@@ -8,6 +8,7 @@ events, and the final outcome and exit code.
 
 from __future__ import annotations
 
+import difflib
 import getpass
 import os
 import threading
@@ -22,7 +23,7 @@ from habitrun.engine.backends import BackendPool
 from habitrun.engine.control import StopFlag
 from habitrun.engine.recorder import Recorder
 from habitrun.engine.signals import exit_code_for, stop_on_signals
-from habitrun.errors import EXIT_FAILED_SUBJECTS, EXIT_OK
+from habitrun.errors import EXIT_FAILED_SUBJECTS, EXIT_OK, RecipeError
 from habitrun.planner.plan import GROUP_SUBJECT, StagePlan, SubjectStatus, fingerprints, plan_stage
 from habitrun.spec.gcpause import gc_paused
 from habitrun.spec.loader import LoadedRecipe
@@ -47,6 +48,7 @@ class FailureLine:
     error: str
     kind: str | None
     log_path: str | None
+    recorded: bool = False  # stored by an earlier run and not retried in this one
 
 
 @dataclass
@@ -68,7 +70,7 @@ class StageCounts:
 class RunSummary:
     """The result of `run`/`resume`: outcome, exit code, counts and failures."""
 
-    run: RunFolder
+    run: RunFolder | None  # None: nothing to run, and no run folder was asked for
     outcome: str  # success | failed | interrupted
     exit_code: int
     stages: dict[str, StageCounts] = field(default_factory=dict)
@@ -76,6 +78,45 @@ class RunSummary:
     stop_reason: str | None = None
     warnings: list[str] = field(default_factory=list)
     results: dict[str, Any] = field(default_factory=dict)  # group stages' results (e.g. train metrics)
+    outputs: dict[str, str] = field(default_factory=dict)  # group stage -> its work folder
+    noop: bool = False  # every selected stage was already stored: nothing ran
+
+    @property
+    def recorded_failures(self) -> list[FailureLine]:
+        """Failures stored by an earlier run that this run did not retry."""
+        return [f for f in self.failures if f.recorded]
+
+
+def stages_for(loaded: LoadedRecipe, only_stage: str | None) -> list[StageSpec]:
+    """The stages a run runs, in order: all, or ``only_stage`` and what it needs."""
+    ordered = loaded.recipe.ordered_stages()
+    if only_stage is None:
+        return ordered
+    names = {s.name for s in ordered}
+    if only_stage not in names:
+        close = difflib.get_close_matches(only_stage, sorted(names), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else f"; the stages are {', '.join(sorted(names))}"
+        raise RecipeError(f"--stage {only_stage!r}: no such stage in the recipe{hint}")
+    wanted, todo = set(), [only_stage]
+    while todo:
+        name = todo.pop()
+        if name not in wanted:
+            wanted.add(name)
+            todo.extend(loaded.recipe.stage(name).needs)
+    return [s for s in ordered if s.name in wanted]
+
+
+def unknown_ids(subjects: Sequence[SubjectRow], ids: Sequence[str]) -> None:
+    """Refuse subject ids (from --rerun) that are not in the manifest, with a close match."""
+    known = {row.id for row in subjects}
+    problems = []
+    for sid in ids:
+        if sid not in known:
+            close = difflib.get_close_matches(sid, list(known), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            problems.append(f"--rerun {sid!r}: no subject with this id in the manifest{hint}")
+    if problems:
+        raise RecipeError(problems)
 
 
 def lock_path_for(store_dir: Path) -> Path:
@@ -93,14 +134,21 @@ def run_study(
     source_path: Path | None = None,
     install_signal_handlers: bool = True,
     preflight: Callable[[], None] | None = None,
+    only_stage: str | None = None,
+    record_noop: bool = False,
+    rerun: Sequence[str] = (),
 ) -> RunSummary:
     """Run (or resume) a study to the end, or until stopped; never raises for a subject's failure.
 
     ``preflight`` (the operator check the CLI started in a child process) is
     waited for once the manifest is loaded, before anything is written, so a
     bad operator stops the run with nothing written.
+    ``only_stage`` runs that stage and the stages it needs (transitively).
+    A run that finds nothing to do writes no run folder unless ``record_noop``.
     """
     subjects = load_subjects(loaded)
+    selected = stages_for(loaded, only_stage)
+    unknown_ids(subjects, rerun)
     if preflight is not None:
         preflight()  # before anything is written, and before the signal handlers: Ctrl-C here interrupts
     stop = stop or StopFlag()
@@ -111,6 +159,8 @@ def run_study(
         try:
             runner = _StudyRunner(loaded, subjects, store, stop, list(argv), observer, resumed_from,
                                   source_path or loaded.path)
+            runner.selected = selected
+            runner.record_noop = record_noop
             if install_signal_handlers:
                 with stop_on_signals(stop):
                     return runner.run()
@@ -151,6 +201,8 @@ class _StudyRunner:
         self.chain: set[str] = set()
         self.finished: dict[str, set[str]] = {}  # stage -> subjects with an outcome in this run
         self.emit_lock = threading.Lock()  # events come from the runner and the recorder thread
+        self.selected: list[StageSpec] = loaded.recipe.ordered_stages()
+        self.record_noop = False
 
     # ------------------------------------------------------------------ events
     def emit(self, event: dict[str, Any]) -> None:
@@ -172,17 +224,18 @@ class _StudyRunner:
         )
         if warning:
             self.warnings.append(warning)
+        self.fingerprints = fingerprints(self.loaded)
+        if self.resumed_from is not None:
+            previous = self.resumed_from.read_provenance()
+            self.chain = set(previous.get("run_chain", [])) | {self.resumed_from.run_id}
+        if not self.plan_ahead() and not self.record_noop:
+            return self.noop_summary()
         self.run = RunFolder.create(
             self.run_root,
             resolved_yaml=self.loaded.resolved_yaml(),
             recipe_path=self.source_path,
             argv=self.argv,
         )
-        if self.resumed_from is not None:
-            previous = self.resumed_from.read_provenance()
-            self.chain = set(previous.get("run_chain", [])) | {self.resumed_from.run_id}
-        fps = fingerprints(self.loaded)
-        self.fingerprints = fps
         provenance = collect_provenance(
             recipe_path=self.source_path,
             recipe_sha256=self.loaded.sha256,
@@ -203,12 +256,12 @@ class _StudyRunner:
         for warning in self.warnings:
             self.emit({"event": "warning", "message": warning})
         self.emit({"event": "run_started", "run_id": self.run.run_id, "recipe": str(self.loaded.path),
-                   "subjects": len(self.subjects), "stages": [s.name for s in self.recipe.ordered_stages()],
+                   "subjects": len(self.subjects), "stages": [s.name for s in self.selected],
                    "user": _user(), "resumed_from": provenance["resumed_from"]})
         started = time.monotonic()
         self.recorder = Recorder(self.store, self.emit_many)
         try:
-            for stage in self.recipe.ordered_stages():
+            for stage in self.selected:
                 if self.stop.is_set():
                     break
                 self.run_stage(stage)
@@ -232,7 +285,66 @@ class _StudyRunner:
         self.run.finish(outcome, summary)
         self.run.events.close()
         return RunSummary(self.run, outcome, exit_code, self.counts, self.failures, self.stop.reason,
-                          self.warnings, self.group_results)
+                          self.warnings, self.group_results, self.outputs())
+
+    def plan_ahead(self) -> bool:
+        """Plan stages in order until one has work; False when none has (a no-op run).
+
+        A stage is planned from the plans of the stages before it. As long as
+        those have nothing to run their statuses cannot change, so the plans
+        made here are the ones run_stage would make, and it reuses them.
+        """
+        for stage in self.selected:
+            plan = plan_stage(self.recipe, stage.name, self.subjects, self.plans, self.store,
+                              self.fingerprints[stage.name])
+            self.plans[stage.name] = plan
+            if self.really_to_run(plan):
+                return True
+        return False
+
+    def noop_summary(self) -> RunSummary:
+        """Nothing to run: the counts and the recorded failures, without a run folder."""
+        for stage in self.selected:
+            plan = self.plans[stage.name]
+            counts = StageCounts(total=len(plan.keys))
+            self.counts[stage.name] = counts
+            counts.cached = sum(1 for st in plan.status.values() if st == SubjectStatus.DONE)
+            counts.skipped = sum(1 for st in plan.status.values() if st == SubjectStatus.BLOCKED)
+            counts.failed = len(self.recorded_failures(stage.name, plan, set()))
+        outcome, exit_code = self.outcome()
+        return RunSummary(None, outcome, exit_code, self.counts, self.failures, None, self.warnings,
+                          self.stored_group_results(), self.outputs(), noop=True)
+
+    def stored_group_results(self) -> dict[str, Any]:
+        out = {}
+        for stage in self.selected:
+            plan = self.plans.get(stage.name)
+            if stage.kind != "map" and plan is not None and plan.status.get(GROUP_SUBJECT) == SubjectStatus.DONE:
+                key = plan.keys[GROUP_SUBJECT]
+                out[stage.name] = self.store.results([key]).get(key)
+        return out
+
+    def outputs(self) -> dict[str, str]:
+        """Each collect/train stage that is done -> the work folder its files are in."""
+        return {stage.name: str(work_dir(self.run_root, stage.name, GROUP_FILE_NAME))
+                for stage in self.selected
+                if stage.kind != "map" and stage.name in self.plans
+                and self.plans[stage.name].status.get(GROUP_SUBJECT) == SubjectStatus.DONE}
+
+    def recorded_failures(self, stage: str, plan: StagePlan, to_run: set[str]) -> list[FailureLine]:
+        """Failures an earlier run stored that this run does not retry; added to ``self.failures``."""
+        old = [sid for sid, st in plan.status.items() if st == SubjectStatus.FAILED and sid not in to_run]
+        if not old:
+            return []
+        states = self.store.states(plan.keys[sid] for sid in old)
+        lines = []
+        for sid in old:
+            state = states.get(plan.keys[sid])
+            lines.append(FailureLine(stage, sid, state.error or "failed" if state else "?",
+                                     state.kind if state else None, state.log_path if state else None,
+                                     recorded=True))
+        self.failures.extend(lines)
+        return lines
 
     def outcome(self) -> tuple[str, int]:
         if self.stop.is_set() and not (self.stop.reason or "").startswith("fail_fast"):
@@ -252,9 +364,11 @@ class _StudyRunner:
     # ------------------------------------------------------------------ stages
     def run_stage(self, stage: StageSpec) -> None:
         policy = self.recipe.stage_policy(stage.name)
-        plan = plan_stage(self.recipe, stage.name, self.subjects, self.plans, self.store,
-                          self.fingerprints[stage.name])
-        self.plans[stage.name] = plan
+        plan = self.plans.get(stage.name)  # planned ahead while looking for work
+        if plan is None:
+            plan = plan_stage(self.recipe, stage.name, self.subjects, self.plans, self.store,
+                              self.fingerprints[stage.name])
+            self.plans[stage.name] = plan
         to_run = self.really_to_run(plan)
         counts = StageCounts(total=len(plan.keys))
         self.counts[stage.name] = counts
@@ -268,15 +382,7 @@ class _StudyRunner:
         self.emit({"event": "stage_started", "stage": stage.name, "kind": stage.kind,
                    "total": counts.total, "cached": counts.cached, "to_run": len(to_run),
                    "blocked": len(blocked), "recorded_failures": len(old_failures)})
-        if old_failures:
-            states = self.store.states(plan.keys[sid] for sid in old_failures)
-            for sid in old_failures:
-                state = states.get(plan.keys[sid])
-                counts.failed += 1
-                self.failures.append(FailureLine(stage.name, sid,
-                                                 f"recorded failure (not retried): {state.error if state else '?'}",
-                                                 state.kind if state else None,
-                                                 state.log_path if state else None))
+        counts.failed += len(self.recorded_failures(stage.name, plan, to_run_set))
         if blocked:
             counts.skipped = len(blocked)
             self.emit_many([{"event": "subject_skipped", "stage": stage.name, "subject": sid,
