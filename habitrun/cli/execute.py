@@ -56,10 +56,8 @@ class Selection:
         return tuple(out)
 
     def options(self) -> list[str]:
-        """These choices as command-line options (for a command printed to the user)."""
+        """The options that chose what ran (for the retry command: --rerun is not repeated)."""
         words: list[str] = []
-        for sid in self.rerun:
-            words += ["--rerun", sid]
         if self.stage is not None:
             words += ["--stage", self.stage]
         return words
