@@ -22,7 +22,7 @@ from habitrun.engine.backend import FailureKind, OperatorRef, SubjectOutcome, Su
 from habitrun.engine.backends import BackendPool
 from habitrun.engine.control import StopFlag
 from habitrun.engine.recorder import Recorder
-from habitrun.engine.signals import exit_code_for, stop_on_signals
+from habitrun.engine.signals import exit_code_for, signal_name, stop_on_signals
 from habitrun.errors import EXIT_FAILED_SUBJECTS, EXIT_OK, RecipeError
 from habitrun.planner.plan import GROUP_SUBJECT, StagePlan, SubjectStatus, fingerprints, plan_stage
 from habitrun.spec.gcpause import gc_paused
@@ -202,6 +202,9 @@ class _StudyRunner:
         self.finished: dict[str, set[str]] = {}  # stage -> subjects with an outcome in this run
         self.emit_lock = threading.Lock()  # events come from the runner and the recorder thread
         self.selected: list[StageSpec] = loaded.recipe.ordered_stages()
+        self.current_stage: StageSpec | None = None
+        self.current_backend: Any = None
+        self.running_now = False
         self.record_noop = False
 
     # ------------------------------------------------------------------ events
@@ -260,6 +263,9 @@ class _StudyRunner:
                    "user": _user(), "resumed_from": provenance["resumed_from"]})
         started = time.monotonic()
         self.recorder = Recorder(self.store, self.emit_many)
+        notice = threading.Thread(target=self.stop_notices, name="habitrun-stop-notice", daemon=True)
+        self.running_now = True
+        notice.start()
         try:
             for stage in self.selected:
                 if self.stop.is_set():
@@ -271,6 +277,9 @@ class _StudyRunner:
                 self.recorder.close()
             finally:
                 self.backends.close(graceful=not hard)
+        self.running_now = False
+        self.stop.wake_watcher()
+        notice.join(timeout=5)
         outcome, exit_code = self.outcome()
         if outcome == "success":
             self.clear_on_success()
@@ -286,6 +295,38 @@ class _StudyRunner:
         self.run.events.close()
         return RunSummary(self.run, outcome, exit_code, self.counts, self.failures, self.stop.reason,
                           self.warnings, self.group_results, self.outputs())
+
+    def stop_notices(self) -> None:
+        """Say at once what a stop signal waits for, and what a second one does (a thread of its own:
+        the signal handler only sets the flag, and the dispatch loop may be busy or blocked)."""
+        told = 0  # 1: the first signal was answered; 2: the second
+        while True:
+            self.stop.wait_notice()
+            if not self.running_now:
+                return
+            if self.stop.signum is None or not self.stop.is_set():
+                continue  # fail_fast: its own message says why
+            if told == 0 and not self.stop.hard:
+                told = 1
+                self.emit({"event": "stopping", **self.stopping_facts()})
+            elif told < 2 and self.stop.hard:
+                told = 2
+                self.emit({"event": "stopping", "now": True, **self.stopping_facts()})
+
+    def stopping_facts(self) -> dict[str, Any]:
+        stage = self.current_stage
+        backend = self.current_backend
+        facts: dict[str, Any] = {"signal": signal_name(self.stop.signum), "stage": stage.name if stage else None,
+                                 "kind": stage.kind if stage else None, "running": None, "grace_sec": 0.0,
+                                 "backend": backend.name if backend is not None else None}
+        if stage is not None:
+            policy = self.recipe.stage_policy(stage.name)
+            facts["grace_sec"] = policy.graceful_shutdown_sec
+            if stage.kind == "train":
+                facts["running"] = stage.launch.nproc_per_node if stage.launch else 1
+            elif backend is not None:
+                facts["running"] = backend.running()
+        return facts
 
     def plan_ahead(self) -> bool:
         """Plan stages in order until one has work; False when none has (a no-op run).
@@ -363,6 +404,7 @@ class _StudyRunner:
 
     # ------------------------------------------------------------------ stages
     def run_stage(self, stage: StageSpec) -> None:
+        self.current_stage, self.current_backend = stage, None
         policy = self.recipe.stage_policy(stage.name)
         plan = self.plans.get(stage.name)  # planned ahead while looking for work
         if plan is None:
@@ -419,7 +461,7 @@ class _StudyRunner:
         op = OperatorRef(stage=stage.name, path=stage.operator or "", params=dict(stage.params),
                          kind="collect" if stage.kind == "collect" else "map",
                          search_path=self.loaded.search_path)
-        backend = self.backends.for_policy(policy)
+        backend = self.current_backend = self.backends.for_policy(policy)
         with gc_paused():  # tens of thousands of tasks, no cycles: the collector would only walk them
             tasks = self.build_tasks(stage, plan, to_run)
         rounds = policy.auto_retry_rounds
