@@ -141,16 +141,17 @@ def run_study(
     """Run (or resume) a study to the end, or until stopped; never raises for a subject's failure.
 
     ``preflight`` (the operator check the CLI started in a child process) is
-    waited for once the manifest is loaded, before anything is written, so a
-    bad operator stops the run with nothing written.
+    waited for as late as possible: after planning, before the run folder is
+    written, so a bad operator stops the run before any subject and with no
+    run folder. A run with nothing to do does not wait for it: no operator
+    will be imported, and each one's code and params are part of the keys
+    that were found stored.
     ``only_stage`` runs that stage and the stages it needs (transitively).
     A run that finds nothing to do writes no run folder unless ``record_noop``.
     """
     subjects = load_subjects(loaded)
     selected = stages_for(loaded, only_stage)
     unknown_ids(subjects, rerun)
-    if preflight is not None:
-        preflight()  # before anything is written, and before the signal handlers: Ctrl-C here interrupts
     stop = stop or StopFlag()
     store_dir = loaded.store_dir()
     store_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -160,7 +161,10 @@ def run_study(
             runner = _StudyRunner(loaded, subjects, store, stop, list(argv), observer, resumed_from,
                                   source_path or loaded.path)
             runner.selected = selected
-            runner.record_noop = record_noop
+            if not runner.prepare() and not record_noop:
+                return runner.noop_summary()  # nothing will import an operator: no need to wait for the check
+            if preflight is not None:
+                preflight()  # before the run folder, and before the signal handlers: Ctrl-C here interrupts
             if install_signal_handlers:
                 with stop_on_signals(stop):
                     return runner.run()
@@ -205,7 +209,6 @@ class _StudyRunner:
         self.current_stage: StageSpec | None = None
         self.current_backend: Any = None
         self.running_now = False
-        self.record_noop = False
 
     # ------------------------------------------------------------------ events
     def emit(self, event: dict[str, Any]) -> None:
@@ -221,7 +224,8 @@ class _StudyRunner:
                     self.observer(event)
 
     # ------------------------------------------------------------------ run
-    def run(self) -> RunSummary:
+    def prepare(self) -> bool:
+        """Check the store's recipe and plan ahead; False when there is nothing to run."""
         warning = self.store.check_recipe(
             self.recipe.name, self.loaded.sha256, strict=self.recipe.policy.strict_checkpoint_hash
         )
@@ -231,8 +235,9 @@ class _StudyRunner:
         if self.resumed_from is not None:
             previous = self.resumed_from.read_provenance()
             self.chain = set(previous.get("run_chain", [])) | {self.resumed_from.run_id}
-        if not self.plan_ahead() and not self.record_noop:
-            return self.noop_summary()
+        return self.plan_ahead()
+
+    def run(self) -> RunSummary:
         self.run = RunFolder.create(
             self.run_root,
             resolved_yaml=self.loaded.resolved_yaml(),

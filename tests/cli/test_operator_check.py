@@ -81,7 +81,7 @@ def test_run_with_a_mistyped_module_stops_before_any_subject(study: Path) -> Non
         assert ("recipe.yaml:7:15: stages[0].operator: stage 'a': operator 'study_ops.mesure:measure': "
                 "no module named 'study_ops'") in done.stderr
         assert "S1" not in done.stdout + done.stderr  # no subject ran, none is listed
-    assert runs(study) == [] and not (study.parent / ".habitrun" / "store").exists()
+    assert runs(study) == []  # no run folder: the check comes before it
 
 
 @pytest.mark.timeout(60)
