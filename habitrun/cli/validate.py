@@ -1,7 +1,8 @@
 """`habitrun validate RECIPE [OVERRIDES...]`: everything a run would check before it starts.
 
 Schema and stage graph (by loading), the manifest (by reading it), and every
-operator and train entrypoint (by importing it from the recipe's folder).
+operator and train entrypoint (by importing it from the recipe's folder, in a
+child process, with each operator's params checked against its signature).
 Problems of the last two are collected together, so one pass shows them all.
 """
 
