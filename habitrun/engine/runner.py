@@ -8,7 +8,6 @@ events, and the final outcome and exit code.
 
 from __future__ import annotations
 
-import difflib
 import getpass
 import os
 import threading
@@ -22,8 +21,10 @@ from habitrun.engine.backend import FailureKind, OperatorRef, SubjectOutcome, Su
 from habitrun.engine.backends import BackendPool
 from habitrun.engine.control import StopFlag
 from habitrun.engine.recorder import Recorder
+from habitrun.engine.selection import stages_for, unknown_ids
 from habitrun.engine.signals import exit_code_for, signal_name, stop_on_signals
-from habitrun.errors import EXIT_FAILED_SUBJECTS, EXIT_OK, RecipeError
+from habitrun.engine.stopnotice import StopNotices
+from habitrun.errors import EXIT_FAILED_SUBJECTS, EXIT_OK
 from habitrun.planner.plan import GROUP_SUBJECT, StagePlan, SubjectStatus, fingerprints, plan_stage
 from habitrun.spec.gcpause import gc_paused
 from habitrun.spec.loader import LoadedRecipe
@@ -85,38 +86,6 @@ class RunSummary:
     def recorded_failures(self) -> list[FailureLine]:
         """Failures stored by an earlier run that this run did not retry."""
         return [f for f in self.failures if f.recorded]
-
-
-def stages_for(loaded: LoadedRecipe, only_stage: str | None) -> list[StageSpec]:
-    """The stages a run runs, in order: all, or ``only_stage`` and what it needs."""
-    ordered = loaded.recipe.ordered_stages()
-    if only_stage is None:
-        return ordered
-    names = {s.name for s in ordered}
-    if only_stage not in names:
-        close = difflib.get_close_matches(only_stage, sorted(names), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else f"; the stages are {', '.join(sorted(names))}"
-        raise RecipeError(f"--stage {only_stage!r}: no such stage in the recipe{hint}")
-    wanted, todo = set(), [only_stage]
-    while todo:
-        name = todo.pop()
-        if name not in wanted:
-            wanted.add(name)
-            todo.extend(loaded.recipe.stage(name).needs)
-    return [s for s in ordered if s.name in wanted]
-
-
-def unknown_ids(subjects: Sequence[SubjectRow], ids: Sequence[str]) -> None:
-    """Refuse subject ids (from --rerun) that are not in the manifest, with a close match."""
-    known = {row.id for row in subjects}
-    problems = []
-    for sid in ids:
-        if sid not in known:
-            close = difflib.get_close_matches(sid, list(known), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            problems.append(f"--rerun {sid!r}: no subject with this id in the manifest{hint}")
-    if problems:
-        raise RecipeError(problems)
 
 
 def lock_path_for(store_dir: Path) -> Path:
@@ -208,7 +177,6 @@ class _StudyRunner:
         self.selected: list[StageSpec] = loaded.recipe.ordered_stages()
         self.current_stage: StageSpec | None = None
         self.current_backend: Any = None
-        self.running_now = False
 
     # ------------------------------------------------------------------ events
     def emit(self, event: dict[str, Any]) -> None:
@@ -268,9 +236,7 @@ class _StudyRunner:
                    "user": _user(), "resumed_from": provenance["resumed_from"]})
         started = time.monotonic()
         self.recorder = Recorder(self.store, self.emit_many)
-        notice = threading.Thread(target=self.stop_notices, name="habitrun-stop-notice", daemon=True)
-        self.running_now = True
-        notice.start()
+        notices = StopNotices(self.stop, self.emit, self.stopping_facts)
         try:
             for stage in self.selected:
                 if self.stop.is_set():
@@ -282,9 +248,7 @@ class _StudyRunner:
                 self.recorder.close()
             finally:
                 self.backends.close(graceful=not hard)
-        self.running_now = False
-        self.stop.wake_watcher()
-        notice.join(timeout=5)
+        notices.close()
         outcome, exit_code = self.outcome()
         if outcome == "success":
             self.clear_on_success()
@@ -300,23 +264,6 @@ class _StudyRunner:
         self.run.events.close()
         return RunSummary(self.run, outcome, exit_code, self.counts, self.failures, self.stop.reason,
                           self.warnings, self.group_results, self.outputs())
-
-    def stop_notices(self) -> None:
-        """Say at once what a stop signal waits for, and what a second one does (a thread of its own:
-        the signal handler only sets the flag, and the dispatch loop may be busy or blocked)."""
-        told = 0  # 1: the first signal was answered; 2: the second
-        while True:
-            self.stop.wait_notice()
-            if not self.running_now:
-                return
-            if self.stop.signum is None or not self.stop.is_set():
-                continue  # fail_fast: its own message says why
-            if told == 0 and not self.stop.hard:
-                told = 1
-                self.emit({"event": "stopping", **self.stopping_facts()})
-            elif told < 2 and self.stop.hard:
-                told = 2
-                self.emit({"event": "stopping", "now": True, **self.stopping_facts()})
 
     def stopping_facts(self) -> dict[str, Any]:
         stage = self.current_stage
