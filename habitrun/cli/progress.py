@@ -216,7 +216,7 @@ def stopping_text(e: dict[str, Any]) -> str:
     running = e.get("running")
     train = e.get("kind") == "train"
     if train:
-        what = f"train stage {e['stage']}: {running} rank(s) still running"
+        what = f"{running} rank(s) of stage {e['stage']} still running"
     elif running is None:
         what = "the subjects still running"
     else:

@@ -130,6 +130,7 @@ def run_study(
             runner = _StudyRunner(loaded, subjects, store, stop, list(argv), observer, resumed_from,
                                   source_path or loaded.path)
             runner.selected = selected
+            runner.rerun_ids = frozenset(rerun)
             if not runner.prepare() and not record_noop:
                 return runner.noop_summary()  # nothing will import an operator: no need to wait for the check
             if preflight is not None:
@@ -175,6 +176,7 @@ class _StudyRunner:
         self.finished: dict[str, set[str]] = {}  # stage -> subjects with an outcome in this run
         self.emit_lock = threading.Lock()  # events come from the runner and the recorder thread
         self.selected: list[StageSpec] = loaded.recipe.ordered_stages()
+        self.rerun_ids: frozenset[str] = frozenset()  # --rerun of this command: rerun even within a resume chain
         self.current_stage: StageSpec | None = None
         self.current_backend: Any = None
 
@@ -401,7 +403,8 @@ class _StudyRunner:
         keep = []
         for sid in to_run:
             state = states.get(plan.keys[sid])
-            if state is not None and state.ok and state.run_id in self.chain:
+            if state is not None and state.ok and state.run_id in self.chain and not (
+                    sid in self.rerun_ids and plan.status[sid] is SubjectStatus.FORCED):  # --rerun asks again
                 plan.status[sid] = SubjectStatus.DONE
                 continue
             keep.append(sid)

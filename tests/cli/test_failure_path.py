@@ -138,6 +138,11 @@ def test_rerun_chosen_subjects_of_one_stage(study: Path) -> None:
 
     whole = habitrun("run", "recipe.yaml", "--stage", "b", "--rerun", "S2", cwd=folder)
     assert whole.returncode == 0 and calls(study)[-1] == "double S2"
+    n = len(calls(study))
+    resumed = habitrun("resume", "recipe.yaml", "--stage", "b", "--rerun", "S2", cwd=folder)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    # the run resumed from stored S2's b; asked again by name, it reruns even within the resume chain
+    assert calls(study)[n:] == ["double S2"]
 
     bad = habitrun("run", "recipe.yaml", "--rerun", "S9", "--stage", "sumary", cwd=folder)
     assert bad.returncode == 2 and "--stage 'sumary': no such stage in the recipe; did you mean 'summary'?" in bad.stderr
