@@ -118,8 +118,10 @@ class OperatorCheck:
     def _collect(self) -> list[str]:
         assert self.proc is not None and self.proc.stdout is not None
         out: list[str] = []
-        current: _Target | None = None
-        deadline: float | None = None
+        # Until the child says which import it is in, its start-up is charged to the first
+        # target (a worker's spawn budget covers starting it too), so nothing waits unbounded.
+        current: _Target | None = self.targets[0]
+        deadline = None if current.timeout is None else time.monotonic() + current.timeout
         buffer = b""
         ended = False
         fd = self.proc.stdout.fileno()
