@@ -10,6 +10,7 @@ Nothing is written.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -144,9 +145,9 @@ def status(
     for f in shown:
         what = f"{f['kind']}: {f['error']}" if f["kind"] else f["error"]
         console.print(f"  {esc(f['stage'])} {esc(f['subject'])}: {esc(what)}", highlight=False)
-        if f["log"]:
+        if f["log"] and os.path.exists(f["log"]):
             console.print(f"      log: {esc(f['log'])}", highlight=False)
-        else:
+        else:  # a subject that printed nothing before it was stopped, or a log folder since deleted
             console.print("      log: none was written", highlight=False)
     if len(shown) < len(failed):
         console.print(f"  ... and {len(failed) - len(shown)} more (habitrun status --all)")

@@ -22,6 +22,9 @@ def measure(subject, offset):
         f.write(f"measure {subject.id}\\n")
     if subject.id in os.environ.get("FAIL", "").split(","):
         raise ValueError(f"no scan for {subject.id} in [/data]")
+    if subject.id in os.environ.get("HANG", "").split(","):
+        import time
+        time.sleep(60)
     if subject.id in os.environ.get("DIE", "").split(","):
         marker = HERE / f"died-{subject.id}"
         if not marker.exists():
@@ -182,3 +185,18 @@ def test_retry_rounds_rerun_deaths_by_default_and_exceptions_only_when_asked(stu
     assert calls(study).count("measure S1") == 3
     assert "retrying 1 subject(s), attempt 2" in died.stdout and "a S2" not in died.stdout
     assert "retry them with: habitrun run recipe.yaml --stage a --retry-failed" in died.stdout
+
+
+@pytest.mark.timeout(120)
+def test_a_timeout_is_not_retried_by_default_and_the_summary_names_its_kind(study: Path) -> None:
+    study.write_text(RECIPE.replace("{backend: serial, subject_timeout_sec: null}",
+                                    "{workers: 2, subject_timeout_sec: 1, graceful_shutdown_sec: 1}"))
+    done = habitrun("run", "recipe.yaml", "--stage", "a", env={"HANG": "[bold]x"}, cwd=study.parent)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert calls(study).count("measure [bold]x") == 1  # one attempt: a timeout would only repeat
+    line = next(x for x in done.stdout.splitlines() if x.startswith("  a [bold]x: "))
+    assert line.startswith("  a [bold]x: timeout: ") and ("(log: " in line or "(no log written)" in line)
+    status = habitrun("status", "recipe.yaml", cwd=study.parent)
+    assert status.returncode == 1 and "a [bold]x: timeout: " in status.stdout
+    log = status.stdout.split("a [bold]x: timeout: ", 1)[1].splitlines()[1].strip()
+    assert log == "log: none was written" or Path(log.split("log: ", 1)[1]).is_file()
