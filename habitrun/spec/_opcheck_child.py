@@ -10,14 +10,16 @@ last. Whatever the imported modules print goes to stderr, never into the replies
 from __future__ import annotations
 
 import difflib
+import importlib
 import inspect
 import json
 import os
+import re
 import sys
 from typing import Any
 
 from habitrun.errors import RecipeError
-from habitrun.spec.operators import resolve_operator
+from habitrun.spec.operators import importable, resolve_operator
 
 Problem = dict[str, Any]  # {"at": field path below the stage or None, "key": bool, "message": str}
 
@@ -79,11 +81,49 @@ def check_one(item: dict[str, Any], search_path: list[str]) -> list[Problem]:
     return check_params(obj, target, item["params"], stage)
 
 
+_NAMED = re.compile(r"""^\s*-?\s*(?:operator|entrypoint)\s*:\s*["']?([A-Za-z_][\w.]*)(?::|["']?\s*$)""", re.M)
+_INLINE = re.compile(r"""[{,]\s*(?:operator|entrypoint)\s*:\s*["']?([A-Za-z_][\w.]*):""")
+
+
+def warm_modules(text: str) -> list[str]:
+    """Modules a recipe's text names as operators or entrypoints (a guess: the request decides)."""
+    found: list[str] = []
+    for match in (*_NAMED.finditer(text), *_INLINE.finditer(text)):
+        path = match.group(1)
+        module = path if ":" in match.group(0).split(path, 1)[1][:1] else path.rpartition(".")[0]
+        if module and module not in found:
+            found.append(module)
+    return found
+
+
+def warm(recipe: str, sys_path: list[str], replies: Any) -> None:
+    """Import what the recipe seems to use before the request comes; every error is left for the check."""
+    sys.path[:] = sys_path
+    try:
+        with open(recipe, encoding="utf-8") as f:
+            modules = warm_modules(f.read())
+    except (OSError, UnicodeDecodeError):
+        return
+    with importable([os.path.dirname(os.path.abspath(recipe))]):
+        for module in modules:
+            replies.write(json.dumps({"warm": module}) + "\n")
+            replies.flush()
+            try:
+                importlib.import_module(module)
+            except BaseException:  # noqa: BLE001, S110 - the check imports it again and reports
+                pass
+
+
 def main() -> None:
     replies = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)  # what an operator module prints at import goes to stderr
     sys.stdout = sys.stderr
-    request = json.loads(sys.stdin.read())
+    if len(sys.argv) == 5 and sys.argv[1] == "--warm":
+        warm(sys.argv[2], json.loads(sys.argv[4]), replies)
+    text = sys.stdin.read()
+    if not text:
+        os._exit(0)  # started early, then not needed
+    request = json.loads(text)
     sys.path[:] = request["sys_path"]
     for i, item in enumerate(request["checks"]):
         replies.write(json.dumps({"start": i}) + "\n")

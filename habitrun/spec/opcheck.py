@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from habitrun.errors import RecipeError
@@ -64,6 +65,64 @@ def _targets(loaded: _Loaded) -> list[_Target]:
     return out
 
 
+_early: tuple[subprocess.Popen[bytes], Any] | None = None
+
+
+def _spawn(warm_recipe: Path | None) -> tuple[subprocess.Popen[bytes], Any]:
+    stderr = tempfile.TemporaryFile()
+    argv = [sys.executable, "-m", "habitrun.spec._opcheck_child"]
+    if warm_recipe is not None:
+        argv += ["--warm", str(warm_recipe), "--sys-path", json.dumps([p for p in sys.path if p])]
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+                            start_new_session=True)  # its own group: a hung import's children are stopped with it
+    return proc, stderr
+
+
+def start_early(recipe: Path) -> None:
+    """Start the check's child now, before the command has loaded the recipe (``run``/``resume``).
+
+    Meanwhile the child imports, speculatively, the modules the recipe file names
+    as operators (found by a plain text scan), so that by the time the real request
+    comes most of the import work is done: the check then costs the run almost no
+    wall time. Nothing is decided by the scan: the request checks everything again.
+    """
+    global _early
+    discard_early()
+    try:
+        _early = _spawn(recipe)
+    except OSError:
+        _early = None
+
+
+def _take_early() -> tuple[subprocess.Popen[bytes], Any] | None:
+    global _early
+    early, _early = _early, None
+    if early is not None and early[0].poll() is not None:  # it died already: start a fresh one
+        early[0].wait()
+        early[1].close()
+        return None
+    return early
+
+
+def discard_early() -> None:
+    """Stop an early child nobody used (the command failed before its check, or did not need one)."""
+    global _early
+    early, _early = _early, None
+    if early is None:
+        return
+    proc, stderr = early
+    if proc.returncode is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # not reaped yet: the pid is still its own
+        except (ProcessLookupError, PermissionError):
+            pass
+    proc.wait()
+    for stream in (proc.stdin, proc.stdout):
+        if stream is not None:
+            stream.close()
+    stderr.close()
+
+
 class OperatorCheck:
     """A running check: :meth:`start` it, do other work, then :meth:`problems` or :meth:`raise_problems`."""
 
@@ -75,12 +134,11 @@ class OperatorCheck:
         if not self.targets:
             self._result = []
             return
-        self._stderr = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "habitrun.spec._opcheck_child"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
-            start_new_session=True,  # its own group: a hung import's children are stopped with it
-        )
+        early = _take_early()
+        if early is not None:
+            self.proc, self._stderr = early
+        else:
+            self.proc, self._stderr = _spawn(None)
         request = {
             "sys_path": [p for p in sys.path if p],
             "search_path": list(loaded.search_path),
@@ -96,6 +154,13 @@ class OperatorCheck:
     @classmethod
     def start(cls, loaded: _Loaded) -> OperatorCheck:
         return cls(loaded)
+
+    def _target_of(self, module: str) -> _Target | None:
+        for target in self.targets:
+            name = target.path.partition(":")[0] if ":" in target.path else target.path.rpartition(".")[0]
+            if name == module:
+                return target
+        return None
 
     def _where(self, target: _Target, at: list[Any] | None, key: bool) -> str:
         path = ("stages", target.index, *(at if at else (target.attr,)))
@@ -143,7 +208,10 @@ class OperatorCheck:
                 while b"\n" in buffer:
                     line, buffer = buffer.split(b"\n", 1)
                     reply = json.loads(line)
-                    if "start" in reply:
+                    if "warm" in reply:  # an early child importing ahead: charge it to that module's target
+                        current = self._target_of(reply["warm"]) or current
+                        deadline = None if current is None or current.timeout is None else time.monotonic() + current.timeout
+                    elif "start" in reply:
                         current = self.targets[reply["start"]]
                         deadline = None if current.timeout is None else time.monotonic() + current.timeout
                     elif "done" in reply:

@@ -12,7 +12,10 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
+
+from habitrun.spec._opcheck_child import warm_modules
 
 OPS = '''
 import os, sys, time
@@ -22,6 +25,8 @@ if MODE == "exit3":
 if MODE == "exit0":
     os._exit(0)
 if MODE == "hang":
+    with open(os.environ["PID_FILE"], "a") as f:
+        f.write(f"{os.getpid()}\\n")
     time.sleep(60)
 print("importing ops prints this")
 
@@ -136,8 +141,28 @@ def test_any_end_of_the_importing_child_is_the_operators_error(study: Path, mode
     started = time.monotonic()
     for command in ("validate", "run"):
         done = habitrun(command, str(study), "policy.subject_spawn_timeout_sec=1", cwd=study.parent,
-                        env={"OPS_MODE": mode})
+                        env={"OPS_MODE": mode, "PID_FILE": str(study.parent / "pids")})
         assert done.returncode == 2, done.stdout + done.stderr
         assert f"recipe.yaml:7:15: stages[0].operator: stage 'a': operator 'ops:measure': {says}" in done.stderr
     assert time.monotonic() - started < 20
     assert runs(study) == []
+
+
+def test_the_early_scan_finds_the_modules_a_recipe_names() -> None:
+    text = RECIPE + """\
+  - name: c
+    operator: 'pkg.mod.Cls'
+  - {name: d, kind: train, entrypoint: "train_ops:main", needs: [c]}
+"""
+    assert warm_modules(text) == ["ops", "pkg.mod", "train_ops"]
+
+
+@pytest.mark.timeout(60)
+def test_an_early_check_child_is_stopped_when_the_command_fails_before_using_it(study: Path) -> None:
+    """`run` starts the check's child before it has read the recipe; a bad recipe must not leave it behind."""
+    pids = study.parent / "pids"
+    study.write_text(RECIPE.replace("name: check", "name: check\nbogus: 1"))
+    done = habitrun("run", str(study), cwd=study.parent, env={"OPS_MODE": "hang", "PID_FILE": str(pids)})
+    assert done.returncode == 2 and "unknown key 'bogus'" in done.stderr
+    for pid in (int(p) for p in pids.read_text().split()) if pids.exists() else ():
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
