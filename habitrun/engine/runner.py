@@ -29,6 +29,7 @@ from habitrun.spec.loader import LoadedRecipe
 from habitrun.spec.recipe import StageSpec
 from habitrun.spec.subjects import SubjectRow, load_subjects
 from habitrun.store.checkpoint import CheckpointStore, Record
+from habitrun.store.folders import ensure_folder
 from habitrun.store.lock import StoreLock
 from habitrun.store.provenance import collect_provenance
 from habitrun.store.runs import RunFolder, work_dir
@@ -97,7 +98,8 @@ def run_study(
     subjects = load_subjects(loaded)
     stop = stop or StopFlag()
     store_dir = loaded.store_dir()
-    store_dir.parent.mkdir(parents=True, exist_ok=True)
+    ensure_folder(loaded.run_root())
+    ensure_folder(store_dir.parent)
     with StoreLock(lock_path_for(store_dir)):
         store = CheckpointStore.open(store_dir)
         try:

@@ -19,6 +19,7 @@ from typing import Any
 
 from habitrun.errors import StoreError
 from habitrun.store.events import EventLog
+from habitrun.store.folders import folder_error
 
 RUNS = "runs"
 RECIPE_FILE = "recipe.yaml"
@@ -98,7 +99,7 @@ class RunFolder:
             os.replace(tmp, path / RECIPE_FILE)
             _write_json_atomic(path / SOURCE_FILE, source)
         except OSError as exc:
-            raise StoreError(f"cannot create a run folder under {runs}: {exc}") from None
+            raise folder_error(runs, exc, doing="create a run folder in") from None
         return cls(path, source)
 
     @classmethod
