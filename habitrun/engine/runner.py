@@ -166,12 +166,6 @@ class _StudyRunner:
         )
         if warning:
             self.warnings.append(warning)
-        self.run = RunFolder.create(
-            self.run_root,
-            resolved_yaml=self.loaded.resolved_yaml(),
-            recipe_path=self.source_path,
-            argv=self.argv,
-        )
         if self.resumed_from is not None:
             previous = self.resumed_from.read_provenance()
             self.chain = set(previous.get("run_chain", [])) | {self.resumed_from.run_id}
@@ -185,7 +179,6 @@ class _StudyRunner:
             backend={"backend": self.recipe.policy.backend, "workers": self.recipe.policy.workers},
         )
         provenance.update({
-            "run_id": self.run.run_id,
             "recipe_name": self.recipe.name,
             "subjects": len(self.subjects),
             "resumed_from": self.resumed_from.run_id if self.resumed_from else None,
@@ -193,7 +186,15 @@ class _StudyRunner:
             "overrides": list(self.loaded.overrides),
             "outcome": "running",
         })
-        self.run.write_provenance(provenance)
+        # Provenance goes in with the folder: a run folder without it never becomes visible.
+        self.run = RunFolder.create(
+            self.run_root,
+            resolved_yaml=self.loaded.resolved_yaml(),
+            recipe_path=self.source_path,
+            argv=self.argv,
+            provenance=provenance,
+        )
+        provenance["run_id"] = self.run.run_id
         for warning in self.warnings:
             self.emit({"event": "warning", "message": warning})
         self.emit({"event": "run_started", "run_id": self.run.run_id, "recipe": str(self.loaded.path),
