@@ -18,6 +18,7 @@ import typer
 
 from habitrun.cli.app import app
 from habitrun.cli.plan import counts_table, make_console, open_existing_store
+from habitrun.cli.resume import check_run_home
 from habitrun.cli.text import esc
 from habitrun.errors import StoreError
 from habitrun.planner.plan import Plan, SubjectStatus, plan_study
@@ -37,7 +38,9 @@ def locate(target: Path) -> tuple[LoadedRecipe, RunFolder | None]:
         root = run.source.get("root")
         if not root:
             raise StoreError(f"{target / 'source.json'} does not say which folder the run used")
-        return load_recipe(run.recipe_file, root=root), run
+        loaded = load_recipe(run.recipe_file, root=root)
+        check_run_home(run, loaded, named=target)  # a copied run folder would show another study
+        return loaded, run
     if target.is_dir():
         if (target / "recipe.yaml").is_file():
             target = target / "recipe.yaml"
