@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import shlex
 import sys
 from pathlib import Path
 from typing import Optional
@@ -21,7 +22,7 @@ from habitrun.cli.progress import RunDisplay
 from habitrun.cli.summary import print_summary
 from habitrun.cli.text import esc
 from habitrun.engine.runner import run_study
-from habitrun.errors import HabitrunError, RecipeError, StoreError
+from habitrun.errors import HabitrunError, RecipeError, StoreError, StoreWriteError
 from habitrun.spec.loader import LoadedRecipe, load_recipe
 from habitrun.store.runs import RUNS, RunFolder, latest_run
 
@@ -79,6 +80,10 @@ def stored_recipe(run: RunFolder, root: Path) -> LoadedRecipe:
                          f"use --use-current to resume with the current recipe file") from None
 
 
+def _resume_command(target: Path | None) -> str:
+    return f"habitrun resume {shlex.quote(str(target or DEFAULT_RECIPE))}"
+
+
 def _body(resolved_yaml: str) -> list[str]:
     """The resolved recipe's lines without habitrun's header comments."""
     return [line for line in resolved_yaml.splitlines() if not line.startswith("#")]
@@ -97,8 +102,11 @@ def resume(
         # Killed before its first run folder existed: nothing was stored, so resuming is running.
         console.print(f"no earlier run of {esc(recipe_path)} was recorded; starting one", highlight=False)
         loaded = load_recipe(recipe_path)
-        with RunDisplay(console, quiet=quiet) as display:
-            summary = run_study(loaded, argv=sys.argv, observer=display.on_event)
+        try:
+            with RunDisplay(console, quiet=quiet) as display:
+                summary = run_study(loaded, argv=sys.argv, observer=display.on_event)
+        except StoreWriteError as exc:
+            raise exc.with_resume(_resume_command(target)) from None
         print_summary(console, summary, recipe_arg=str(target or DEFAULT_RECIPE))
         raise typer.Exit(summary.exit_code)
     provenance = previous.read_provenance()
@@ -131,9 +139,12 @@ def resume(
         console.print(f"note: run {esc(previous.run_id)} was made in {esc(made_in)}; resuming it here, in "
                       f"{esc(root)}, on this folder's store", highlight=False)
     console.print(f"resuming run {esc(previous.run_id)} ({esc(previous.path)})", highlight=False)
-    with RunDisplay(console, quiet=quiet) as display:
-        summary = run_study(loaded, argv=sys.argv, observer=display.on_event, resumed_from=previous,
-                            source_path=recipe_path)
+    try:
+        with RunDisplay(console, quiet=quiet) as display:
+            summary = run_study(loaded, argv=sys.argv, observer=display.on_event, resumed_from=previous,
+                                source_path=recipe_path)
+    except StoreWriteError as exc:  # a full disk: stopped; say how to go on from here
+        raise exc.with_resume(_resume_command(target)) from None
     print_summary(console, summary, recipe_arg=str(target or DEFAULT_RECIPE))
     raise typer.Exit(summary.exit_code)
 

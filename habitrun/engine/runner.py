@@ -22,7 +22,7 @@ from habitrun.engine.backends import BackendPool
 from habitrun.engine.control import StopFlag
 from habitrun.engine.recorder import Recorder
 from habitrun.engine.signals import exit_code_for, stop_on_signals
-from habitrun.errors import EXIT_FAILED_SUBJECTS, EXIT_OK
+from habitrun.errors import EXIT_FAILED_SUBJECTS, EXIT_OK, StoreWriteError
 from habitrun.planner.plan import GROUP_SUBJECT, StagePlan, SubjectStatus, fingerprints, plan_stage
 from habitrun.spec.gcpause import gc_paused
 from habitrun.spec.loader import LoadedRecipe
@@ -145,6 +145,7 @@ class _StudyRunner:
         self.chain: set[str] = set()
         self.finished: dict[str, set[str]] = {}  # stage -> subjects with an outcome in this run
         self.emit_lock = threading.Lock()  # events come from the runner and the recorder thread
+        self.write_failure: tuple[Path, BaseException] | None = None  # the first folder that refused a write
 
     # ------------------------------------------------------------------ events
     def emit(self, event: dict[str, Any]) -> None:
@@ -154,7 +155,11 @@ class _StudyRunner:
         if not events:
             return
         with self.emit_lock:
-            self.run.events.write_many(events)
+            if self.write_failure is None:
+                try:
+                    self.run.events.write_many(events)
+                except OSError as exc:  # a full disk under the run folder: stop, as for the store
+                    self.cannot_write(self.run.path, exc)
             if self.observer is not None:
                 for event in events:
                     self.observer(event)
@@ -201,7 +206,8 @@ class _StudyRunner:
                    "subjects": len(self.subjects), "stages": [s.name for s in self.recipe.ordered_stages()],
                    "user": _user(), "resumed_from": provenance["resumed_from"]})
         started = time.monotonic()
-        self.recorder = Recorder(self.store, self.emit_many)
+        self.recorder = Recorder(self.store, self.emit_many,
+                                 on_failure=lambda exc: self.cannot_write(self.store.directory, exc))
         try:
             for stage in self.recipe.ordered_stages():
                 if self.stop.is_set():
@@ -213,6 +219,8 @@ class _StudyRunner:
                 self.recorder.close()
             finally:
                 self.backends.close(graceful=not hard)
+        if self.write_failure is not None:
+            self.end_unwritable(started)
         outcome, exit_code = self.outcome()
         if outcome == "success":
             self.clear_on_success()
@@ -228,6 +236,37 @@ class _StudyRunner:
         self.run.events.close()
         return RunSummary(self.run, outcome, exit_code, self.counts, self.failures, self.stop.reason,
                           self.warnings, self.group_results)
+
+    # ------------------------------------------------------------------ a folder that cannot be written
+    def cannot_write(self, folder: Path, exc: BaseException) -> None:
+        """A commit or an event could not be written (a full disk): stop now, keep what is stored.
+
+        Called from the recorder thread or the runner; only the first failure counts. Nothing
+        more can be stored, so running subjects are stopped rather than waited for.
+        """
+        if self.write_failure is None:
+            self.write_failure = (Path(folder), exc)
+            self.stop.set(f"cannot write {folder}: {_reason(exc)}", hard=True)
+
+    def end_unwritable(self, started: float) -> None:
+        """Record what can still be recorded, then raise the run-level error (exit 2)."""
+        folder, exc = self.write_failure  # type: ignore[misc]
+        stored = self.recorder.stored
+        summary = {"stages": {name: c.as_dict() for name, c in self.counts.items()},
+                   "stop_reason": self.stop.reason, "stored_this_run": stored,
+                   "duration_sec": round(time.monotonic() - started, 3)}
+        for attempt in (lambda: self.run.finish("interrupted", summary), self.run.events.close):
+            try:
+                attempt()
+            except OSError:
+                pass  # the same full disk: the store is the record that matters
+        what = "the checkpoint store" if folder == self.store.directory else "the run folder"
+        raise StoreWriteError(
+            f"cannot write {what} at {folder}: {_reason(exc)}. The run stopped at the first write that "
+            f"failed; {stored} result(s) of this run were stored before it and stay readable. "
+            "Free space there (or set run_dir / policy.checkpoint_dir to another disk), then continue with:",
+            folder=folder,
+        )
 
     def outcome(self) -> tuple[str, int]:
         if self.stop.is_set() and not (self.stop.reason or "").startswith("fail_fast"):
@@ -492,6 +531,14 @@ def _operator_modules(stages: Sequence[StageSpec]) -> list[str]:
         if path:
             modules.append(path.partition(":")[0] if ":" in path else path.rpartition(".")[0])
     return modules
+
+
+def _reason(exc: BaseException) -> str:
+    """An OSError as "No space left on device (errno 28)"; anything else as its type and text."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.strerror} (errno {exc.errno})"
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _user() -> str:
