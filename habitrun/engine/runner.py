@@ -144,6 +144,7 @@ class _StudyRunner:
         self.warnings: list[str] = []
         self.chain: set[str] = set()
         self.finished: dict[str, set[str]] = {}  # stage -> subjects with an outcome in this run
+        self.retried: dict[str, set[str]] = {}  # stage -> subjects that succeeded after a failed attempt
         self.emit_lock = threading.Lock()  # events come from the runner and the recorder thread
         self.write_failure: tuple[Path, BaseException] | None = None  # the first folder that refused a write
 
@@ -276,12 +277,20 @@ class _StudyRunner:
         return "success", EXIT_OK
 
     def clear_on_success(self) -> None:
+        """``clear_checkpoint_on_success``: called only when the run's outcome is success.
+
+        The rule: a stage's records are cleared when every subject of the run ends up
+        succeeding, retry rounds included. A failure that a retry round fixed leaves
+        nothing to resume, so it does not keep the store; its attempt stays in the run's
+        events and logs (HABIT instead keeps the store whenever any attempt failed).
+        """
         for stage in self.recipe.stages:
             if self.recipe.stage_policy(stage.name).clear_checkpoint_on_success:
                 plan = self.plans.get(stage.name)
                 if plan is not None:
                     removed = self.store.discard(plan.keys.values())
-                    self.emit({"event": "checkpoint_cleared", "stage": stage.name, "records": removed})
+                    self.emit({"event": "checkpoint_cleared", "stage": stage.name, "records": removed,
+                               "retried": len(self.retried.get(stage.name, ()))})
 
     # ------------------------------------------------------------------ stages
     def run_stage(self, stage: StageSpec) -> None:
@@ -365,6 +374,8 @@ class _StudyRunner:
                     plan.status[sid] = SubjectStatus.DONE
                     counts.done += 1
                     finished.add(sid)
+                    if task.attempt > 1:
+                        self.retried.setdefault(stage.name, set()).add(sid)
                     records.append(self.record(stage.name, plan, task, outcome))
                     events.append({"event": "subject_done", "stage": stage.name, "subject": sid,
                                    "attempt": task.attempt, "duration_sec": round(outcome.duration_sec, 6),
