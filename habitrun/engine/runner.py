@@ -233,8 +233,13 @@ class _StudyRunner:
             "backends": self.backends.described,
         }
         self.emit({"event": "run_finished", "outcome": outcome, "exit_code": exit_code, **summary})
-        self.run.finish(outcome, summary)
-        self.run.events.close()
+        try:
+            self.run.finish(outcome, summary)
+            self.run.events.close()
+        except OSError as exc:  # the disk filled at the very end
+            self.cannot_write(self.run.path, exc)
+        if self.write_failure is not None:
+            self.end_unwritable(started)
         return RunSummary(self.run, outcome, exit_code, self.counts, self.failures, self.stop.reason,
                           self.warnings, self.group_results)
 

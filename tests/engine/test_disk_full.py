@@ -99,3 +99,40 @@ def test_a_full_disk_stops_the_run_at_the_first_failed_commit_then_resume_finish
         collect = [e for e in events if e.get("event") == "subject_done" and e["stage"] == "check"]
         assert collect, "the collect stage did not run"
 
+
+
+CHATTY = textwrap.dedent('''
+    def chatty(subject, lines=1500):
+        for i in range(lines):
+            print(f"{subject.id} line {i} " + "y" * 60)
+        return 1
+''')
+
+
+@pytest.mark.timeout(120)
+def test_a_full_disk_under_the_run_folder_stops_the_run_the_same_way(tmp_path: Path) -> None:
+    """The store is elsewhere and has room; the run folder (events, logs) fills up."""
+    study = tmp_path / "study"
+    study.mkdir()
+    (study / "ops.py").write_text(CHATTY)
+    (study / "subjects.csv").write_text("subject_id\n" + "".join(f"S{i:03d}\n" for i in range(200)))
+    with small_tmpfs(tmp_path / "disk", "1m") as disk:
+        recipe = {
+            "habitrun": 1, "name": "run-folder-full", "run_dir": str(disk / "hr"),
+            "subjects": {"manifest": "subjects.csv"},
+            "policy": {"backend": "process", "workers": 2, "subject_timeout_sec": 60,
+                       "checkpoint_dir": str(tmp_path / "store")},
+            "stages": [{"name": "chatty", "operator": "ops:chatty"}],
+        }
+        (study / "recipe.yaml").write_text(json.dumps(recipe, indent=1))
+        done = run_cli("run", "recipe.yaml", cwd=study)
+        out = done.stdout + done.stderr
+        assert done.returncode == 2, out
+        assert "Traceback" not in out, out
+        message = " ".join(done.stderr.split())
+        assert "No space left on device" in message, message
+        assert f"{disk / 'hr'}" in message and "habitrun resume recipe.yaml" in message, message
+
+        subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True, timeout=30)
+        resumed = run_cli("resume", "recipe.yaml", "-q", cwd=study)
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
