@@ -47,7 +47,9 @@ def folder_error(folder: Path, exc: OSError, *, doing: str = "write in") -> Stor
     if blocker is not None or exc.errno in (errno.EEXIST, errno.ENOTDIR):
         where = blocker or folder
         needs = "a folder there" if where == folder else f"a folder there to make {folder}"
-        return StoreError(f"{where} is {_what(where)}: habitrun needs {needs}. Move it away, or {WAY_OUT}.")
+        special = where.exists() and not where.is_file()  # /dev/null and friends: not the user's to move
+        way = WAY_OUT[0].upper() + WAY_OUT[1:] if special else f"Move it away, or {WAY_OUT}"
+        return StoreError(f"{where} is {_what(where)}: habitrun needs {needs}. {way}.")
     reason = exc.strerror or str(exc)
     if exc.errno in FULL_ERRNOS:
         return StoreError(f"cannot {doing} {folder}: {reason}. Free space on that disk, or {WAY_OUT} "
