@@ -41,6 +41,10 @@ def find_run(target: Path | None) -> tuple[RunFolder | None, Path, Path]:
     if target.is_dir() and (target / "source.json").is_file():
         run = RunFolder.open(target)
         recipe_path = Path(run.source["recipe_path"])
+        if not RunFolder.is_complete(target):
+            raise StoreError(f"{target} is an incomplete run folder (no provenance.json: its runner was killed "
+                             f"while making it, before any subject ran); resume the study by its recipe: "
+                             f"habitrun resume {shlex.quote(str(recipe_path))}")
         return run, recipe_path, Path(run.source.get("root") or recipe_path.parent)
     if target.is_dir():
         target = target / "recipe.yaml"

@@ -67,3 +67,6 @@ def test_resume_and_status_skip_a_run_folder_without_provenance(tmp_path: Path) 
     resumed = run_cli("resume", "recipe.yaml", "-q", cwd=study)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert f"resuming run {first_id}" in resumed.stdout
+    refused = run_cli("resume", str(half), cwd=study)
+    assert refused.returncode == 2 and "incomplete run folder" in refused.stderr, refused.stdout + refused.stderr
+    assert "Traceback" not in refused.stderr
