@@ -53,6 +53,7 @@ class Recorder:
         self.emit = emit
         self.on_failure = on_failure
         self.stored = 0  # records committed by this recorder
+        self.stored_by_stage: dict[str, list[int]] = {}  # stage -> [successes, failures] committed
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._error: BaseException | None = None
         self._hurry = threading.Event()  # a flush or close is waiting: write without gathering
@@ -156,4 +157,9 @@ class Recorder:
                             event.update(event="subject_failed", kind=FailureKind.UNPICKLABLE, error=message,
                                          final=True, log=bad.log_path)
             self.stored += len(records)
+            for rec in records:
+                tally = self.stored_by_stage.get(rec.stage)
+                if tally is None:
+                    tally = self.stored_by_stage[rec.stage] = [0, 0]
+                tally[0 if rec.ok else 1] += 1
         self.emit(events)

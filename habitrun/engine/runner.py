@@ -335,6 +335,10 @@ class _StudyRunner:
             else:
                 self.run_with_backend(stage, plan, policy, to_run, counts)
         counts.not_run = len(to_run) - len(self.finished.get(stage.name, ()))
+        if self.recorder.error is not None:
+            # Recording stopped (a full disk): count what is stored, not what was handed to it.
+            ok, bad = self.recorder.stored_by_stage.get(stage.name, (0, 0))
+            counts.done, counts.failed, counts.not_run = ok, len(old_failures) + bad, len(to_run) - ok - bad
         self.emit({"event": "stage_finished", "stage": stage.name, **counts.as_dict()})
         if stage.kind != "map" and plan.status.get(GROUP_SUBJECT) == SubjectStatus.DONE:
             key = plan.keys[GROUP_SUBJECT]

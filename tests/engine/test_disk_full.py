@@ -73,6 +73,7 @@ def test_a_full_disk_stops_the_run_at_the_first_failed_commit_then_resume_finish
         assert message.rstrip().endswith("continue with: habitrun resume recipe.yaml"), message
         stored = int(message.split(" result(s) of this run were stored")[0].rsplit(" ", 1)[1])
         assert 0 < stored < SUBJECTS
+        assert f"[big] finished: {stored} done, 0 cached, 0 failed" in done.stdout, done.stdout  # what is stored
         started = len(list(markers.iterdir()))
         # Dispatching stopped at the failed commit: only what was already running or finishing started.
         assert started <= stored + 40, f"{started} subjects started, {stored} stored"
