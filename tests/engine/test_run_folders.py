@@ -54,9 +54,9 @@ def test_a_file_where_a_folder_belongs_exits_2_naming_it(tmp_path: Path, case: s
         assert blocker.read_text() == "mine\n", "the user's file was changed"
     if case == "habitrun-is-dev-null":
         assert os.path.realpath(blocker) == "/dev/null"
-    # the same study, pointed elsewhere with run_dir, runs
-    done = run_cli("run", str(recipe), "-q", f"run_dir={tmp_path / 'elsewhere'}")
-    assert done.returncode == 0, done.stdout + done.stderr
+    if case == "habitrun-is-a-file":  # the way out the message names: the same study, run_dir elsewhere, runs
+        done = run_cli("run", str(recipe), "-q", f"run_dir={tmp_path / 'elsewhere'}")
+        assert done.returncode == 0, done.stdout + done.stderr
 
 
 @pytest.mark.parametrize("with_earlier_run", [False, True], ids=["fresh", "after-a-run"])
