@@ -21,6 +21,7 @@ from rich.console import Console
 from habitrun.cli.progress import RunDisplay
 from habitrun.cli.summary import print_summary
 from habitrun.engine.runner import run_study
+from habitrun.errors import StoreWriteError
 from habitrun.spec.loader import LoadedRecipe, load_recipe
 from habitrun.spec.opcheck import OperatorCheck
 
@@ -77,11 +78,17 @@ def retry_command(command: str, target: str, overrides: Sequence[str], selection
 
 
 def execute(console: Console, loaded: LoadedRecipe, *, quiet: bool, recipe_arg: str, retry: str,
-            selection: Selection, **run_kwargs: Any) -> NoReturn:
-    """Check the operators (in a child, while the manifest loads), run, print the summary, exit."""
-    with OperatorCheck.start(loaded) as operators, RunDisplay(console, quiet=quiet) as display:
-        summary = run_study(loaded, argv=sys.argv, observer=display.on_event, preflight=operators.raise_problems,
-                            only_stage=selection.stage, record_noop=selection.record_noop,
-                            rerun=selection.rerun, **run_kwargs)
+            selection: Selection, resume: str, **run_kwargs: Any) -> NoReturn:
+    """Check the operators (in a child, while the manifest loads), run, print the summary, exit.
+
+    ``resume`` is the command that continues the run, named when a full disk stops it.
+    """
+    try:
+        with OperatorCheck.start(loaded) as operators, RunDisplay(console, quiet=quiet) as display:
+            summary = run_study(loaded, argv=sys.argv, observer=display.on_event,
+                                preflight=operators.raise_problems, only_stage=selection.stage,
+                                record_noop=selection.record_noop, rerun=selection.rerun, **run_kwargs)
+    except StoreWriteError as exc:  # a full disk: stopped; say how to go on from here
+        raise exc.with_resume(resume) from None
     print_summary(console, summary, recipe_arg=recipe_arg, retry_command=retry)
     raise typer.Exit(summary.exit_code)

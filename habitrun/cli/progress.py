@@ -199,6 +199,11 @@ class RunDisplay:
     def _on_stopping(self, e: dict[str, Any]) -> None:
         self.print(f"[yellow]{esc(stopping_text(e))}[/]")
 
+    def _on_checkpoint_cleared(self, e: dict[str, Any]) -> None:
+        retried = f", {e['retried']} after a retry" if e.get("retried") else ""
+        self.print(f"{_tag(e['stage'])} checkpoint cleared: {e['records']} record(s) removed "
+                   f"(clear_checkpoint_on_success; every subject succeeded{retried})")
+
     def _on_train_started(self, e: dict[str, Any]) -> None:
         self.print(f"{_tag(e['stage'])} starting {e['nproc_per_node']} rank(s)")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Optional
 
@@ -36,4 +37,5 @@ def run(
     loaded = load_selected(recipe, overrides or (), selection)
     console = Console(highlight=False, soft_wrap=True)
     execute(console, loaded, quiet=quiet, recipe_arg=str(recipe), selection=selection,
-            retry=retry_command("run", str(recipe), overrides or (), selection))
+            retry=retry_command("run", str(recipe), overrides or (), selection),
+            resume=f"habitrun resume {shlex.quote(str(recipe))}")
