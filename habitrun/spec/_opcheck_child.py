@@ -15,6 +15,7 @@ import inspect
 import json
 import os
 import re
+import signal
 import sys
 from typing import Any
 
@@ -114,7 +115,21 @@ def warm(recipe: str, sys_path: list[str], replies: Any) -> None:
                 pass
 
 
+def _die_with_parent() -> None:
+    """SIGKILL this child when the runner dies (Linux), so a killed runner leaves no hung import behind."""
+    parent = int(os.environ.get("HABITRUN_OPCHECK_PARENT", "0"))
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if parent > 0 and os.getppid() != parent:
+        os._exit(0)  # it is gone already
+
+
 def main() -> None:
+    _die_with_parent()
     replies = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)  # what an operator module prints at import goes to stderr
     sys.stdout = sys.stderr

@@ -74,6 +74,7 @@ def _spawn(warm_recipe: Path | None) -> tuple[subprocess.Popen[bytes], Any]:
     if warm_recipe is not None:
         argv += ["--warm", str(warm_recipe), "--sys-path", json.dumps([p for p in sys.path if p])]
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+                            env={**os.environ, "HABITRUN_OPCHECK_PARENT": str(os.getpid())},
                             start_new_session=True)  # its own group: a hung import's children are stopped with it
     return proc, stderr
 
