@@ -134,7 +134,7 @@ class _StudyRunner:
         self.observer = observer
         self.resumed_from = resumed_from
         self.run_root = loaded.run_root()
-        self.backends = BackendPool()
+        self.backends = BackendPool(self.run_root)
         self.plans: dict[str, StagePlan] = {}
         self.counts: dict[str, StageCounts] = {}
         self.failures: list[FailureLine] = []

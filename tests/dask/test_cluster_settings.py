@@ -80,11 +80,13 @@ def test_slurm_job_script_has_what_the_policy_says() -> None:
         "account": "lung-study", "python": "/opt/study/venv/bin/python",
         "job_extra_directives": ["--constraint=avx2"], "job_script_prologue": ["module load gcc"],
     }})
-    cluster = make_jobqueue_cluster(policy.dask.jobqueue, policy, security_for(policy.dask, local=False))
+    cluster, cancelled = make_jobqueue_cluster(policy.dask.jobqueue, policy, security_for(policy.dask, local=False))
+    assert cancelled == []
     try:
         script = cluster.job_script()
     finally:
         cluster.close()
+    assert "#SBATCH -J habitrun-worker" in script
     assert "#SBATCH -A lung-study" in script
     assert "#SBATCH -p short" in script
     assert "#SBATCH -t 02:30:00" in script
