@@ -18,7 +18,10 @@ reason outside the subject (killed from outside, dropped by the scheduler)
 costs nobody a failure. When the markers cannot say which of a batch's fast,
 unannounced subjects was running, its unfinished subjects are resent one per
 task as *suspects*, announced before they start, so a second death names its
-subject. A subject's failure is always an outcome, never a retry here.
+subject. A subject's failure is always an outcome, never a retry here,
+with one exception: a worker that died together with its nanny was ended
+from outside (its batch job cancelled, pre-empted or out of wall time), so
+the subject it ran is resent, up to ``MAX_HOST_LOSSES`` times.
 """
 
 from __future__ import annotations

@@ -109,15 +109,25 @@ def replacing_cluster_class(base: type) -> type:
             # skip SpecCluster's timer (it cancels jobs whose worker is merely restarting)
             super(_spec_cluster(), self)._update_worker_status(op, msg)
 
-        def _name_connected(self, name: Any) -> bool:
-            return any(d.get("name") == name for d in self.scheduler_info["workers"].values())
+        def _job_of(self, worker_name: Any) -> Any:
+            """The job (worker_spec name) a worker belongs to: itself, or a job with ``processes`` > 1."""
+            if worker_name in self.worker_spec:
+                return worker_name
+            for job, spec in self.worker_spec.items():
+                if any(f"{job}{suffix}" == str(worker_name) for suffix in spec.get("group", ())):
+                    return job
+            return worker_name
 
-        async def _watch_missing(self, name: Any, nanny: str | None) -> None:
+        def _name_connected(self, worker_name: Any) -> bool:
+            return any(d.get("name") == worker_name for d in self.scheduler_info["workers"].values())
+
+        async def _watch_missing(self, worker_name: Any, nanny: str | None) -> None:
             from distributed.core import Status
 
+            name = self._job_of(worker_name)
             while True:
                 await asyncio.sleep(LOST_CHECK_SEC)
-                if self.status != Status.running or name not in self.workers or self._name_connected(name):
+                if self.status != Status.running or name not in self.workers or self._name_connected(worker_name):
                     return
                 if nanny is not None and await _answers(nanny, self.security):
                     continue  # the nanny is restarting its worker: the job is alive
