@@ -94,7 +94,8 @@ def run_agent(spec: dict[str, Any], say: Callable[[str], None]) -> dict[str, Any
             say(f"[{spec.get('name', 'train')}] node {rdzv.group_rank} attempt {round_} failed: "
                 f"{outcome['error']}; restarting ({round_ + 1}/{spec.get('max_restarts', 0)})")
     except LaunchError as exc:
-        outcome.update(status="failed", error=str(exc))
+        stopped = sigs.signum is not None
+        outcome.update(status="interrupted" if stopped else "failed", error="interrupted" if stopped else str(exc))
     finally:
         if rdzv is not None:
             try:
@@ -116,7 +117,7 @@ def _round(spec: dict[str, Any], rdzv: Rendezvous, round_: int, nproc: int, nnod
         return reservation[0].port
 
     try:
-        group_rank, master_addr, port = rdzv.join(round_, master_port)
+        group_rank, master_addr, port = rdzv.join(round_, master_port, stopped=lambda: sigs.signum is not None)
         attempt_dir = os.path.join(log_dir, f"attempt_{round_}", f"node_{group_rank}")
         world = nnodes * nproc
         envs = {}

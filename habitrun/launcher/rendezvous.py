@@ -86,22 +86,29 @@ class Rendezvous:
                                   f"{timeout_sec:g} s (rdzv_timeout_sec): {exc}") from None
         self.round = -1
         self.group_rank = -1
+        self._stopped: Any = lambda: False
 
     def _key(self, name: str) -> str:
         return f"habitrun/{self.run_id}/{self.round}/{name}"
 
-    def _wait_for(self, name: str, what: str) -> None:
-        try:
-            self.store.wait([self._key(name)], datetime.timedelta(seconds=self.timeout_sec))
-        except Exception:  # noqa: BLE001 - a timeout: say what did not happen
-            raise LaunchError(f"rendezvous round {self.round}: {what} within {self.timeout_sec:g} s "
-                              "(rdzv_timeout_sec)") from None
+    def _wait_for(self, name: str, what: Any) -> None:
+        """Wait for a key in short slices, so a stop (a signal to the agent) is seen within a second."""
+        deadline = time.monotonic() + self.timeout_sec
+        while not self.store.check([self._key(name)]):
+            if self._stopped():
+                raise LaunchError("interrupted")
+            if time.monotonic() >= deadline:
+                raise LaunchError(f"rendezvous round {self.round}: {what()} within {self.timeout_sec:g} s "
+                                  "(rdzv_timeout_sec)")
+            time.sleep(0.05)
 
-    def join(self, round_: int, master_port: Any) -> tuple[int, str, int]:
+    def join(self, round_: int, master_port: Any, stopped: Any = lambda: False) -> tuple[int, str, int]:
         """Meet the other nodes for ``round_``: (group rank, MASTER_ADDR, MASTER_PORT).
 
-        ``master_port`` is called by node 0 only, to reserve the ranks' port on its host.
+        ``master_port`` is called by node 0 only, to reserve the ranks' port on its host;
+        ``stopped()`` True ends the wait with LaunchError("interrupted").
         """
+        self._stopped = stopped
         self.round = round_
         arrived = int(self.store.add(self._key("joined"), 1))
         if arrived > self.nnodes:
@@ -109,12 +116,12 @@ class Rendezvous:
         self.group_rank = arrived - 1
         if arrived == self.nnodes:
             self.store.set(self._key("complete"), "1")
-        self._wait_for("complete", f"only {int(self.store.add(self._key('joined'), 0))} of "
-                                   f"{self.nnodes} nodes joined")
+        self._wait_for("complete", lambda: f"only {int(self.store.add(self._key('joined'), 0))} of "
+                                           f"{self.nnodes} nodes joined")
         if self.group_rank == 0:
             addr = "127.0.0.1" if self.host in ("127.0.0.1", "localhost") else address_towards(self.host, self.port)
             self.store.set(self._key("master"), f"{addr}:{master_port(addr)}")
-        self._wait_for("master", "node 0 did not publish MASTER_ADDR")
+        self._wait_for("master", lambda: "node 0 did not publish MASTER_ADDR")
         addr, _, port = self.store.get(self._key("master")).decode().rpartition(":")
         return self.group_rank, addr, int(port)
 

@@ -80,3 +80,20 @@ def test_without_restarts_the_failure_is_the_root_cause_with_node_rank_and_trace
     assert "fails on purpose in attempt 0" in result.error
     assert "RuntimeError" in (result.traceback or "")
     assert time.monotonic() - started < 60, "rank 0 should have been stopped, not left waiting for its peer"
+
+
+@pytest.mark.timeout(60)
+def test_a_node_that_never_comes_is_named_after_rdzv_timeout_sec() -> None:
+    from habitrun.errors import LaunchError
+    from habitrun.launcher.ports import PortReservation
+    from habitrun.launcher.rendezvous import Rendezvous
+
+    with PortReservation() as reserved:
+        port = reserved.port
+    rdzv = Rendezvous(f"127.0.0.1:{port}", 2, "t", 1.0)
+    try:
+        assert rdzv.hosting
+        with pytest.raises(LaunchError, match=r"only 1 of 2 nodes joined within 1 s \(rdzv_timeout_sec\)"):
+            rdzv.join(0, lambda addr: 1)
+    finally:
+        del rdzv
