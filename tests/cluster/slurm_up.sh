@@ -40,7 +40,7 @@ fi
 
 # --- slurm.conf for this host
 host=$(hostname -s)
-cpus=$(nproc)
+cpus=$(nproc --all)  # all online CPUs: nproc alone follows the caller's CPU affinity
 mem_mb=$(awk '/MemTotal/ {print int($2 / 1024 * 0.9)}' /proc/meminfo)
 conf_dir=/etc/slurm
 install -d "$conf_dir" /var/spool/slurmctld /var/spool/slurmd /var/log/slurm
