@@ -92,7 +92,7 @@ def recorded_job_class(base: type, ledger: JobLedger) -> type:
             if getattr(self, "job_id", None):
                 ledger.remove(str(self.job_id))
 
-    RecordedJob.__name__ = RecordedJob.__qualname__ = f"Recorded{base.__name__}"
+    RecordedJob.__name__ = RecordedJob.__qualname__ = base.__name__  # names in logs stay dask-jobqueue's
     return RecordedJob
 
 
@@ -140,7 +140,7 @@ def replacing_cluster_class(base: type) -> type:
                     await self._correct_state()
                 return
 
-    ReplacingCluster.__name__ = ReplacingCluster.__qualname__ = f"Replacing{base.__name__}"
+    ReplacingCluster.__name__ = ReplacingCluster.__qualname__ = base.__name__  # workers: SLURMCluster-<n>
     return ReplacingCluster
 
 
