@@ -1,8 +1,11 @@
 """The typer application and the one place where habitrun's errors become exit codes.
 
-Each command lives in its own module and registers itself on ``app``;
-:func:`main` imports them, runs the app and turns a :class:`HabitrunError`
-into its message and exit code (never a traceback).
+Each command lives in its own module and registers itself on ``app``. Only
+the command being run is imported (:class:`LazyCommands`): a command module
+pulls in pydantic, the YAML reader, the planner or the engine, which together
+cost several times Python's own start, and `habitrun --help` or `status` need
+none of the others. :func:`main` runs the app and turns a
+:class:`HabitrunError` into its message and exit code (never a traceback).
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ import sys
 from pathlib import Path
 
 import typer
+import typer.core
+import typer.main
 from rich.console import Console
 
 from habitrun import __version__
@@ -19,8 +24,68 @@ from habitrun.cli.text import esc
 from habitrun.errors import EXIT_INTERRUPTED, HabitrunError
 from habitrun.spec.opcheck import discard_early, start_early
 
+# Every command, in help order, with the one-line help `habitrun --help` shows
+# for it: listing the commands (and suggesting one for a typo) needs no import
+# of their modules. tests/cli/test_lazy_commands.py checks these against the
+# commands' docstrings.
+COMMANDS: dict[str, str] = {
+    "validate": "Check a recipe without running it: schema, stage graph, manifest, operators.",
+    "schema": "Write schemas/recipe.schema.json and schemas/run-policy.schema.json.",
+    "init": "Write a small working study: recipe.yaml, subjects.csv, study_ops/.",
+    "plan": "Show what a run would do, per stage: done / failed / stale / pending / forced / blocked.",
+    "run": "Run every stage for every subject; subjects already stored as done are skipped.",
+    "resume": "Finish the latest run: nothing that finished is repeated, nothing is lost.",
+    "status": "Show the last run: outcome, per stage counts, each failed subject with its log file.",
+}
+COMMAND_MODULES = tuple(COMMANDS)
+
+
+class LazyCommands(typer.core.TyperGroup):
+    """The CLI's command group: a command's module is imported when that command is looked up to run.
+
+    Until then each command is a placeholder carrying its name and one-line
+    help (what the group's help listing and typo suggestions use).
+    """
+
+    def __init__(self, **attrs: object) -> None:
+        super().__init__(**attrs)  # type: ignore[arg-type]
+        self._listing = False
+        for name, summary in COMMANDS.items():
+            if name not in self.commands:  # already registered: load_commands() ran first
+                self.commands[name] = _Placeholder(name=name, help=summary)
+        order = {name: i for i, name in enumerate(COMMANDS)}
+        self.commands = dict(sorted(self.commands.items(), key=lambda kv: order.get(kv[0], len(order))))
+
+    def get_command(self, ctx: typer.Context, cmd_name: str) -> typer.core.TyperCommand | None:  # type: ignore[override]
+        cmd = self.commands.get(cmd_name)
+        if isinstance(cmd, _Placeholder) and not self._listing:
+            cmd = self.commands[cmd_name] = _import_command(cmd_name)
+        return cmd  # type: ignore[return-value]
+
+    def format_help(self, ctx: typer.Context, formatter: object) -> None:  # type: ignore[override]
+        self._listing = True  # the listing shows placeholders as they are
+        try:
+            super().format_help(ctx, formatter)  # type: ignore[arg-type]
+        finally:
+            self._listing = False
+
+
+class _Placeholder(typer.core.TyperCommand):
+    """A command not imported yet: its name and help only."""
+
+
+def _import_command(name: str) -> typer.core.TyperCommand:
+    """Import ``habitrun.cli.<name>`` (its ``@app.command`` registers) and build its click command."""
+    importlib.import_module(f"habitrun.cli.{name}")
+    info = next(c for c in app.registered_commands
+                if (c.name or typer.main.get_command_name(c.callback.__name__)) == name)  # type: ignore[union-attr]
+    return typer.main.get_command_from_info(info, pretty_exceptions_short=app.pretty_exceptions_short,
+                                            rich_markup_mode=app.rich_markup_mode)  # type: ignore[return-value]
+
+
 app = typer.Typer(
     name="habitrun",
+    cls=LazyCommands,
     help="Run a study's per-subject pipeline from a YAML recipe; resume it after any crash.",
     no_args_is_help=True,
     add_completion=False,
@@ -45,11 +110,8 @@ def _root(
     """Run a study's per-subject pipeline from a YAML recipe; resume it after any crash."""
 
 
-COMMAND_MODULES = ("validate", "schema", "init", "plan", "run", "resume", "status")
-
-
 def load_commands() -> typer.Typer:
-    """Import every command module so its ``@app.command`` registers."""
+    """Import every command module so its ``@app.command`` registers (the CLI itself imports only the one it runs)."""
     for name in COMMAND_MODULES:
         importlib.import_module(f"habitrun.cli.{name}")
     return app
@@ -84,10 +146,9 @@ def main(argv: list[str] | None = None) -> None:
     """Console-script entry point; ``argv`` (default: ``sys.argv[1:]``) lets a test run it in-process."""
     recipe = early_recipe(sys.argv[1:] if argv is None else argv)
     if recipe is not None:
-        # Started before the commands are imported: its imports overlap with ours.
+        # Started before the command is imported: its imports overlap with ours.
         start_early(recipe)
     try:
-        load_commands()
         app(args=argv, prog_name="habitrun")
     except HabitrunError as exc:
         sys.exit(report_error(exc))
