@@ -157,7 +157,9 @@ class ProcessBackend(Backend):
         return worker
 
     def _watchdog_kill(self, pid: int) -> None:
-        signal_group(pid, signal.SIGKILL)
+        for w in list(self._workers):  # the watchdog's thread: a snapshot of the list
+            if w.pid == pid and not w.dead:
+                signal_group(w, signal.SIGKILL)
 
     def _note_oom(self) -> None:
         self._oom_events += 1
@@ -179,7 +181,8 @@ class ProcessBackend(Backend):
     def _bury(self, worker: Worker) -> None:
         """The worker is gone: kill what it left in its group, release everything of it."""
         worker.dead = True
-        signal_group(worker.pid, signal.SIGKILL, may_be_leader_only=False)
+        signal_group(worker, signal.SIGKILL)  # through its pidfd: never a recycled PID's group
+        worker.close_pidfd()
         self._watchdog.forget(worker.pid)
         self._close_conn(worker)
         self._forget_fd(worker.proc.sentinel)
