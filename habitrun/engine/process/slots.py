@@ -14,7 +14,6 @@ from habitrun.engine.process.memory import Watched
 from habitrun.engine.process.protocol import FrameReader
 from habitrun.launcher import signalling as launcher_signalling
 
-
 HAVE_PIDFD = hasattr(os, "pidfd_open")
 
 
