@@ -328,7 +328,9 @@ class _StudyRunner:
                                    "attempt": task.attempt, "duration_sec": round(outcome.duration_sec, 6),
                                    "pid": outcome.worker_pid})
                     continue
-                final = task.attempt > rounds or fail_fast or self.stop.is_set()
+                # Once a stop is asked for, a failure with attempts left is not run (a resume
+                # runs it), never a recorded failure: its last chance was taken by the stop.
+                final = task.attempt > rounds or fail_fast
                 events.append({"event": "subject_failed", "stage": stage.name, "subject": sid,
                                "attempt": task.attempt, "kind": outcome.kind, "error": outcome.error,
                                "final": final, "log": task.log_path, "pid": outcome.worker_pid})

@@ -27,7 +27,17 @@ never run the previous stage's operator.
 Shutdown on a stop request: stop dispatching at once; when not ``hard``,
 running subjects get ``graceful_shutdown_sec`` to finish (and are reported),
 then the rest get SIGTERM and, one second later, SIGKILL (the grace was
-already given). A ``hard`` stop SIGKILLs the running subjects at once.
+already given). A ``hard`` stop SIGKILLs the running subjects at once. Once a
+stop is requested, no worker's death and no failed start is charged to a
+subject: those subjects are simply not run (a resume runs them).
+
+Outcomes are reported (and so committed) before anything slow is started:
+booting a fork server takes most of a second, which a finished subject must
+not wait for.
+
+A worker that cannot be started is never a subject's failure: with other
+workers alive the stage goes on with fewer; with none, the stage ends with a
+run-level :class:`~habitrun.errors.WorkerStartError` naming the cause.
 """
 
 from __future__ import annotations
@@ -61,6 +71,7 @@ from habitrun.engine.process.launch import Launcher
 from habitrun.engine.process.memory import MemoryWatchdog, kernel_oom_note
 from habitrun.engine.process.slots import Worker, signal_group
 from habitrun.engine.process.worker import WorkerConfig
+from habitrun.errors import WorkerStartError
 from habitrun.spec.operators import split_import_path
 from habitrun.spec.policy import RunPolicy
 
@@ -69,6 +80,17 @@ TARGET_QUEUED_SEC = 0.06  # work queued ahead per worker when subjects are short
 REPLY_HOLD_SEC = 0.04  # a worker holds a success at most this long to send it with the next ones
 MAX_DEPTH = 64  # runs a worker holds at most (running + queued)
 PER_SUBJECT_COST_SEC = 50e-6  # a worker's own cost per subject, on top of the operator's
+SPAWN_RETRY_SEC = 1.0  # after a failed start (other workers alive), try another start no sooner
+
+
+def _unpicklable_param(op: OperatorRef) -> str:
+    """Which of the operator's params cannot be pickled, in words (the first one found)."""
+    for name, value in op.params.items():
+        try:
+            P.dumps((value,))
+        except BaseException as exc:  # noqa: BLE001 - whatever pickling raises names the problem
+            return f"parameter {name!r} of stage {op.stage!r} cannot be sent to a worker: {one_line(exc)}"
+    return f"the operator of stage {op.stage!r} cannot be sent to a worker"
 
 
 def _ignore_sigpipe() -> None:
@@ -257,6 +279,8 @@ class _StageRun:
         self.hard_done = False
         self.grace_until: float | None = None
         self.start_fail_streak = 0
+        self.spawn_after = 0.0  # no start attempt before this (after a failed one)
+        self.bind_data: bytes | None = None
         recycle = self.policy.persistent_worker_recycle_after_tasks
         self.recycle = 0 if backend._isolated else recycle
         self.depth = 1 if backend._isolated else 2
@@ -311,6 +335,12 @@ class _StageRun:
 
     # -------------------------------------------------------------- loop
     def run(self) -> None:
+        try:
+            self.bind_data = P.dumps((P.BIND, self.op))
+        except BaseException:  # noqa: BLE001 - fail the stage's tasks before any process starts
+            self.fail_queue(_unpicklable_param(self.op), FailureKind.UNPICKLABLE)
+            self.flush()
+            return
         self.b._reap_finished()
         stop_fd = self.stop.fileno()
         self.b._sel.register(stop_fd, selectors.EVENT_READ, None)
@@ -323,18 +353,27 @@ class _StageRun:
         while True:
             now = time.monotonic()
             self.check_stop(now)
+            # Report (and so commit) what finished before starting anything: a start may be slow.
+            if self.flush():
+                continue
             if not self.stopping:
                 self.shrink_to_effective()
                 self.spawn_as_needed(now)
                 self.fill(now)
-            if self.batch:
-                batch, self.batch = self.batch, []
-                self.report(batch)
-                if self.stop.is_set() and (not self.stopping or (self.stop.hard and not self.hard_done)):
-                    continue  # the report asked to stop (fail_fast): act on it before waiting
+                if self.flush():
+                    continue
             if self.done():
                 return
             self.wait_and_handle()
+
+    def flush(self) -> bool:
+        """Report the outcomes gathered so far; True when the report asked to stop (fail_fast)."""
+        if not self.batch:
+            return False
+        batch, self.batch = self.batch, []
+        self.report(batch)
+        # the report asked to stop: act on it before waiting
+        return self.stop.is_set() and (not self.stopping or (self.stop.hard and not self.hard_done))
 
     def done(self) -> bool:
         live = self.b._live()
@@ -385,13 +424,19 @@ class _StageRun:
     def spawn_as_needed(self, now: float) -> None:
         active = self.b._active()
         spare = sum(self.depth - len(w.outstanding) for w in active if self.can_take(w))
-        while self.queue and len(active) < self.b._effective and len(self.queue) > spare:
+        while self.queue and len(active) < self.b._effective and len(self.queue) > spare \
+                and now >= self.spawn_after:
             try:
                 w = self.b._spawn(self.op, self.module, now)
-            except Exception as exc:  # noqa: BLE001 - a start failure fails one subject, not the run
-                self.finish(None, self.queue.popleft(), False, kind=FailureKind.WORKER_DIED,
-                            error=f"cannot start a worker process: {one_line(exc)}")
-                continue
+            except Exception as exc:  # noqa: BLE001 - a failed start is never a subject's failure
+                if self.stop.is_set():
+                    return  # the stop may have caused it; nothing more starts anyway
+                if not self.b._live():
+                    raise WorkerStartError(
+                        f"cannot start a worker process for stage {self.op.stage!r}: {one_line(exc)}; "
+                        "no subject was run or recorded as failed") from exc
+                self.spawn_after = time.monotonic() + SPAWN_RETRY_SEC  # go on with the workers there are
+                return
             self.bind(w, now)
             active.append(w)
             spare += self.depth
@@ -401,7 +446,7 @@ class _StageRun:
         w.binding = True
         timeout = self.policy.subject_spawn_timeout_sec
         w.bind_deadline = now + timeout if timeout is not None else None
-        self.send(w, (P.BIND, self.op))
+        self.send_bytes(w, self.bind_data or P.dumps((P.BIND, self.op)))
 
     def fill(self, now: float) -> None:
         self.learn()
@@ -581,6 +626,8 @@ class _StageRun:
         ended, running, started_at = w.progress()
         lost = [w.outstanding.popleft() for _ in range(ended)]  # ran, but the replies died with it
         self.requeue(lost)
+        if w.outstanding and self.stop.is_set():
+            self.give_back(w)  # a death once a stop is asked for is the stop's doing: not run
         if w.outstanding:
             # The one it was running; when it ran none, the next (so a worker that keeps
             # dying between subjects still uses them up).
