@@ -306,6 +306,7 @@ class _StudyRunner:
                          kind="collect" if stage.kind == "collect" else "map",
                          search_path=self.loaded.search_path)
         backend = self.backends.for_policy(policy)
+        backend.scratch_dir = str(self.run.path / "scratch")  # subject output never leaves the run folder
         with gc_paused():  # tens of thousands of tasks, no cycles: the collector would only walk them
             tasks = self.build_tasks(stage, plan, to_run)
         rounds = policy.auto_retry_rounds

@@ -42,10 +42,12 @@ run-level :class:`~habitrun.errors.WorkerStartError` naming the cause.
 
 from __future__ import annotations
 
+import itertools
 import os
 import select
 import selectors
 import signal
+import tempfile
 import threading
 import time
 from collections import deque
@@ -62,7 +64,7 @@ from habitrun.engine.backend import (
     SubjectTask,
 )
 from habitrun.engine.control import StopFlag
-from habitrun.engine.invoke import one_line
+from habitrun.engine.invoke import log_header, one_line, read_capped
 from habitrun.engine.process import protocol as P
 from habitrun.engine.process.beacon import Beacon
 from habitrun.engine.process.death import classify_exit
@@ -117,6 +119,7 @@ class ProcessBackend(Backend):
         self._sel = selectors.DefaultSelector()  # every live worker's pipe and sentinel
         self._oom_events = 0
         self._closed = False
+        self._scratch_ids = itertools.count()
         _ignore_sigpipe()
         self.started_pids: list[int] = []  # every worker pid ever started (tests, provenance)
 
@@ -167,16 +170,52 @@ class ProcessBackend(Backend):
             max_tasks=1 if self._isolated else 0,
             max_consecutive_failures=0 if self._isolated else self.policy.persistent_worker_max_consecutive_failures,
             reply_hold_sec=0.0 if self._isolated else REPLY_HOLD_SEC,
+            scratch_path=os.path.join(self.scratch_dir or tempfile.gettempdir(),
+                                      f"habitrun-worker-{os.getpid()}-{next(self._scratch_ids)}.out"),
+            log_max_bytes=self._log_max_bytes(),
         )
         close_fds = [w.conn.fileno() for w in self._workers if w.conn_open]
         beacon = Beacon()
         proc, conn = self._launcher.start(config, module, op.search_path, close_fds, beacon)
         worker = Worker(slot, proc, conn, self._watchdog.watch(proc.pid), now, beacon)
+        worker.scratch_path = config.scratch_path
         self._workers.append(worker)
         self._sel.register(worker.fd, selectors.EVENT_READ, (worker, True))
         self._sel.register(proc.sentinel, selectors.EVENT_READ, (worker, False))
         self.started_pids.append(worker.pid)
         return worker
+
+    def _log_max_bytes(self) -> int:
+        return int(self.policy.log_max_mb * (1 << 20))
+
+    def _write_death_log(self, worker: Worker) -> None:
+        """The subject a dead or timed-out worker was running: what it printed, then what happened."""
+        if worker.log_owed is None:
+            return
+        task, start, what = worker.log_owed
+        worker.log_owed = None
+        output = b""
+        if start >= 0 and worker.scratch_path:
+            try:
+                fd = os.open(worker.scratch_path, os.O_RDONLY)
+                try:
+                    output = read_capped(fd, start, os.fstat(fd).st_size, self._log_max_bytes())
+                finally:
+                    os.close(fd)
+            except OSError:
+                output = b""
+        code = worker.proc.exitcode
+        ended = classify_exit(code).message if code is not None else "worker did not end"
+        memory = f"; its memory last seen at {worker.watched.last_rss_mb:.0f} MB" if worker.watched.last_rss_mb else ""
+        if output and not output.endswith(b"\n"):
+            output += b"\n"
+        line = f"--- habitrun: {what} (pid {worker.pid}: {ended}{memory}) ---\n"
+        try:
+            os.makedirs(os.path.dirname(task.log_path), exist_ok=True)
+            with open(task.log_path, "ab") as log:
+                log.write(log_header(task, worker.pid) + output + line.encode())
+        except OSError:
+            pass  # a log that cannot be written changes nothing about the outcome
 
     def _watchdog_kill(self, pid: int) -> None:
         for w in list(self._workers):  # the watchdog's thread: a snapshot of the list
@@ -213,6 +252,12 @@ class ProcessBackend(Backend):
         except OSError:
             pass
         worker.proc.join(timeout=1.0)
+        self._write_death_log(worker)
+        if worker.scratch_path:
+            try:
+                os.unlink(worker.scratch_path)
+            except OSError:
+                pass
         self._workers.remove(worker)
 
     def _reap_finished(self) -> None:
@@ -259,6 +304,11 @@ class ProcessBackend(Backend):
         self._sel.close()
         self._watchdog.close()
         self._launcher.close()
+        if self.scratch_dir:
+            try:
+                os.rmdir(self.scratch_dir)  # only when empty: a SIGKILLed run's leftovers stay to be seen
+            except OSError:
+                pass
 
 
 class _StageRun:
@@ -642,6 +692,8 @@ class _StageRun:
             else:
                 death_msg = death.message
             self.finish(w, task, False, kind=death.kind, error=death_msg, duration=now - since)
+            w.log_owed = (task, w.beacon.read().output_from if running is not None else (0 if w.binding else -1),
+                          death_msg)
             self.give_back(w)
         self.b._bury(w)
 
@@ -664,6 +716,8 @@ class _StageRun:
                 task = w.outstanding.popleft()
                 self.finish(w, task, False, kind=FailureKind.TIMEOUT, duration=now - started_at,
                             error=f"subject exceeded its subject_timeout_sec of {timeout:g} s")
+                w.log_owed = (task, w.beacon.read().output_from,
+                              f"timed out after {now - started_at:.1f} s (subject_timeout_sec {timeout:g}); stopped")
                 self.give_back(w)
                 w.terminate(now, self.policy.graceful_shutdown_sec)
         if self.grace_until is not None and now >= self.grace_until:
@@ -677,8 +731,9 @@ class _StageRun:
         error = (f"worker did not start and bind operator {self.op.path!r} within "
                  f"subject_spawn_timeout_sec of {budget:g} s")
         if w.outstanding:
-            self.finish(w, w.outstanding.popleft(), False, kind=FailureKind.SPAWN_TIMEOUT,
-                        error=error, duration=now - w.head_since)
+            task = w.outstanding.popleft()
+            self.finish(w, task, False, kind=FailureKind.SPAWN_TIMEOUT, error=error, duration=now - w.head_since)
+            w.log_owed = (task, 0, error)
         self.give_back(w)
         w.terminate(now, self.policy.graceful_shutdown_sec)
         self.start_fail_streak += 1

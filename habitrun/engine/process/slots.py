@@ -64,6 +64,8 @@ class Worker:
         self.conn_open = True
         self.can_send = True
         self.dead = False
+        self.scratch_path: str | None = None  # its fds 1 and 2 (see invoke)
+        self.log_owed: tuple[SubjectTask, int, str] | None = None  # (task, output start, what happened)
 
     def progress(self) -> tuple[int, int | None, float]:
         """``(ended, running, started_at)`` from the beacon.

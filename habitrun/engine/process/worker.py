@@ -25,7 +25,15 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from habitrun.engine.backend import FailureKind, SubjectOutcome
-from habitrun.engine.invoke import BoundOperator, bind_operator, execute, one_line
+from habitrun.engine.invoke import (
+    DEFAULT_LOG_MAX_BYTES,
+    BoundOperator,
+    bind_operator,
+    capture_output_in,
+    execute,
+    one_line,
+    output_mark,
+)
 from habitrun.engine.process import protocol as P
 from habitrun.engine.process.beacon import Beacon
 from habitrun.engine.process.outbox import Outbox
@@ -48,6 +56,8 @@ class WorkerConfig:
     max_consecutive_failures: int = 0  # after this many failures in a row, start nothing more
     close_fds: tuple[int, ...] = ()  # runner-side fds a forked worker inherited
     reply_hold_sec: float = 0.0  # hold successes this long so several share a write (see outbox)
+    scratch_path: str | None = None  # fds 1 and 2 go here (the runner reads it after a death)
+    log_max_bytes: int = DEFAULT_LOG_MAX_BYTES  # a subject's log keeps head and tail past this
 
 
 def _kill_own_group(*_: Any) -> None:
@@ -147,6 +157,7 @@ HOLD_WHILE_QUEUED = 2  # hold a success only while at least this many runs wait 
 def worker_main(conn: Connection, config: WorkerConfig, beacon: Beacon) -> None:
     """Entry point of every worker process (persistent or isolated)."""
     _prepare(config)
+    capture_output_in(config.scratch_path)
     inbox = _Inbox(conn)
     outbox = Outbox(conn.fileno(), 0.0 if config.max_tasks else config.reply_hold_sec)
     bound: BoundOperator | None = None
@@ -184,8 +195,8 @@ def worker_main(conn: Connection, config: WorkerConfig, beacon: Beacon) -> None:
             beacon.took(taken, running=False)
             outbox.send(reply)
             continue
-        beacon.took(taken, running=True)
-        outcome = execute(bound, P.task_from(message[1]), capture="fd")
+        beacon.took(taken, running=True, output_from=output_mark())
+        outcome = execute(bound, P.task_from(message[1]), capture="fd", log_max_bytes=config.log_max_bytes)
         beacon.ended()
         failures_in_row = 0 if outcome.ok else failures_in_row + 1
         if config.max_consecutive_failures and failures_in_row >= config.max_consecutive_failures:
