@@ -90,6 +90,18 @@ def act(subject):
     if do == "flood":
         sys.stdout.write("x" * (int(subject.fields["mb"]) << 20) + "\n")
         return "flooded"
+    if do == "say_then_hang":
+        print(f"about to hang {subject.id}", flush=True)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # only SIGKILL ends it
+        time.sleep(3600)
+    if do == "say_then_exit3":
+        print(f"about to exit {subject.id}", flush=True)
+        os._exit(3)
+    if do == "close_std":
+        print("closing fds 1 and 2", flush=True)
+        os.close(1)
+        os.close(2)
+        return "closed"
     if do == "quiet":
         return "nothing to say"
     raise AssertionError(f"unknown action {do!r}")
