@@ -12,6 +12,10 @@ loop dies on ``EOFError`` in ``recvfds`` with a traceback on the console;
 ``main`` here exits quietly instead once its parent is gone. Its lifeline is
 unchanged: the runner holds the write end of the server's "alive" pipe, and
 the server exits when that closes.
+
+The server says when its preloaded imports are done (a byte on a "ready"
+pipe), so the runner can keep forking from a server it already has while a
+new one boots, instead of waiting most of a second for it.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import sys
 import time
 from multiprocessing import connection, forkserver, resource_tracker, spawn, util
 from typing import Any
@@ -42,10 +47,20 @@ def _parent_gone(parent_pid: int, alive_r: int) -> bool:
         time.sleep(0.02)
 
 
-def main(listener_fd: int, alive_r: int, preload: list[str], parent_pid: int = 0,
+def main(listener_fd: int, alive_r: int, preload: list[str], parent_pid: int = 0, ready_fd: int = -1,
          main_path: str | None = None, sys_path: list[str] | None = None) -> None:
     """The stdlib server loop; an error caused by the runner's death ends it without a word."""
     try:
+        if sys_path:
+            sys.path[:0] = [p for p in sys_path if p not in sys.path]
+        for name in preload:  # what the stdlib loop would import first; then say we are ready
+            try:
+                __import__(name)
+            except ImportError:
+                pass
+        if ready_fd >= 0:
+            os.write(ready_fd, b"r")
+            os.close(ready_fd)
         forkserver.main(listener_fd, alive_r, preload, main_path, sys_path)
     except SystemExit:
         raise
@@ -61,6 +76,18 @@ class PrivateForkServer(forkserver.ForkServer):
     def __init__(self) -> None:
         super().__init__()
         self._popen: subprocess.Popen[bytes] | None = None
+        self._ready_r: int | None = None
+        self._ready = False
+
+    def ready(self) -> bool:
+        """Its preloaded imports are done (or it died: then a fork request fails at once)."""
+        if self._ready or self._ready_r is None:
+            return self._ready or self._popen is None
+        if connection.wait([self._ready_r], 0):
+            self._ready = True
+            os.close(self._ready_r)
+            self._ready_r = None
+        return self._ready
 
     def ensure_running(self) -> None:
         with self._lock:
@@ -80,24 +107,32 @@ class PrivateForkServer(forkserver.ForkServer):
                     os.chmod(address, 0o600)
                 listener.listen()
                 alive_r, alive_w = os.pipe()  # the runner holds alive_w: its death ends the server
+                ready_r, ready_w = os.pipe()
                 try:
                     cmd = (f"from habitrun.engine.process.forkserver import main; "
                            f"main({listener.fileno()}, {alive_r}, {self._preload_modules!r}, "
-                           f"parent_pid={os.getpid()}, **{data!r})")
+                           f"parent_pid={os.getpid()}, ready_fd={ready_w}, **{data!r})")
                     exe = spawn.get_executable()
                     args = [exe, *util._args_from_interpreter_flags(), "-c", cmd]
-                    self._popen = subprocess.Popen(args, executable=exe, pass_fds=(listener.fileno(), alive_r),
+                    self._popen = subprocess.Popen(args, executable=exe,
+                                                   pass_fds=(listener.fileno(), alive_r, ready_w),
                                                    start_new_session=True, close_fds=True)
                 except BaseException:
                     os.close(alive_w)
+                    os.close(ready_r)
                     raise
                 finally:
                     os.close(alive_r)
+                    os.close(ready_w)
+                self._ready_r, self._ready = ready_r, False
                 self._forkserver_address = address
                 self._forkserver_alive_fd = alive_w
                 self._forkserver_pid = self._popen.pid
 
     def _forget(self) -> None:
+        if self._ready_r is not None:
+            os.close(self._ready_r)
+            self._ready_r = None
         if self._forkserver_alive_fd is not None:
             os.close(self._forkserver_alive_fd)
         address = self._forkserver_address

@@ -180,17 +180,11 @@ class Launcher:
 
     def _start_forkserver(self, config: WorkerConfig, child_end: Connection, beacon: Beacon,
                           module: str | None, search_path: Sequence[str]) -> BaseProcess:
-        preload: tuple[str, ...] = BASE_PRELOAD
-        path: tuple[str, ...] = ()
+        server = self._server(BASE_PRELOAD, ())
         if module and (module, tuple(search_path)) in self._proven:
-            preload, path = (*BASE_PRELOAD, module), tuple(search_path)
-        server = self._servers.get(preload + path)
-        if server is None:
-            server = PrivateForkServer()
-            server.set_forkserver_preload(list(preload))
-            with _server_environment(self.threads, path):
-                server.ensure_running()
-            self._servers[preload + path] = server
+            preloaded = self._server((*BASE_PRELOAD, module), tuple(search_path))
+            if preloaded.ready():  # still booting: fork from the server we have, not wait for it
+                server = preloaded
         config = replace(config, parent_pid=server._forkserver_pid or -1)
         proc = _PrivateServerProcess(target=worker_main, args=(child_end, config, beacon),
                                      name=f"habitrun-worker-{config.slot}")
@@ -200,6 +194,17 @@ class Launcher:
         finally:
             _launching.server = None
         return proc
+
+    def _server(self, preload: tuple[str, ...], path: tuple[str, ...]) -> PrivateForkServer:
+        """The server for these preloads, started (not necessarily ready) on first use."""
+        server = self._servers.get(preload + path)
+        if server is None:
+            server = PrivateForkServer()
+            server.set_forkserver_preload(list(preload))
+            with _server_environment(self.threads, path):
+                server.ensure_running()
+            self._servers[preload + path] = server
+        return server
 
     def close(self) -> None:
         """Stop the private forkservers (their workers are already gone)."""
