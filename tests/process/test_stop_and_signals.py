@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from multiprocessing import spawn
@@ -16,7 +17,7 @@ import pytest
 from habitrun.engine.backend import FailureKind
 from habitrun.engine.control import StopFlag
 from habitrun.errors import WorkerStartError
-from tests.process.conftest import alive, op, run
+from tests.process.conftest import alive, op, run, wait_gone
 
 
 def test_a_worker_dying_once_a_stop_is_asked_for_is_not_run_never_failed(make_backend, tasks):
@@ -114,3 +115,40 @@ def test_no_worker_can_start_is_a_run_level_error_and_no_subject_fails(make_back
         b.run_tasks(op("act"), tasks(*[{"do": "ok"}] * 6), reported.extend, StopFlag())
     assert reported == []
     assert "cannot start a worker process" in str(err.value)
+
+
+
+DYING_RUNNER = """
+import os, signal, socket, sys
+from habitrun.engine.backend import OperatorRef, SubjectTask
+from habitrun.engine.control import StopFlag
+from habitrun.engine.process import ProcessBackend
+from habitrun.spec.policy import RunPolicy
+
+if __name__ == "__main__":
+    ops, root = sys.argv[1:3]
+    b = ProcessBackend.from_policy(RunPolicy(workers=1))
+    task = SubjectTask(key="k", subject_id="S", fields={"do": "ok"}, inputs={}, workdir=root, log_path=root + "/l.log")
+    b.run_tasks(OperatorRef("s", "faults:act", {}, search_path=(ops,)), [task], lambda batch: None, StopFlag())
+    server = next(iter(b._launcher._servers.values()))
+    print(server._forkserver_pid, flush=True)
+    client = socket.socket(socket.AF_UNIX)
+    client.connect(server._forkserver_address)  # a fork request begun...
+    os.kill(os.getpid(), signal.SIGKILL)  # ...and the runner killed before sending its fds
+"""
+
+
+@pytest.mark.timeout(60)
+def test_sigkill_of_the_runner_in_the_middle_of_a_fork_request_prints_no_traceback(tmp_path):
+    from tests.process.conftest import OPS_DIR
+
+    script = tmp_path / "runner.py"
+    script.write_text(DYING_RUNNER)
+    err = tmp_path / "stderr.txt"
+    with err.open("wb") as stderr:
+        runner = subprocess.run([sys.executable, str(script), OPS_DIR, str(tmp_path)],
+                                stdout=subprocess.PIPE, stderr=stderr, timeout=50)
+    assert runner.returncode == -signal.SIGKILL
+    server = int(runner.stdout.split()[0])
+    assert not wait_gone([server], timeout=5), "the fork server outlived the runner"
+    assert b"Traceback" not in err.read_bytes(), err.read_text()
