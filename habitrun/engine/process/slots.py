@@ -11,7 +11,7 @@ from multiprocessing.process import BaseProcess
 from habitrun.engine.backend import OperatorRef, SubjectTask
 from habitrun.engine.process.beacon import Beacon
 from habitrun.engine.process.memory import Watched
-from habitrun.engine.process.protocol import FrameReader
+from habitrun.engine.process.protocol import TERMINATE, FrameReader, dumps, frame, write_all
 from habitrun.launcher import signalling as launcher_signalling
 
 HAVE_PIDFD = hasattr(os, "pidfd_open")
@@ -83,7 +83,16 @@ class Worker:
         return ahead, None, 0.0
 
     def terminate(self, now: float, kill_after: float) -> None:
-        """SIGTERM to the group now, SIGKILL at ``now + kill_after`` if still alive."""
+        """SIGTERM to the group now, SIGKILL at ``now + kill_after`` if still alive.
+
+        TERMINATE down the pipe as well: the worker's reader thread acts on it
+        even when the subject ignores SIGTERM.
+        """
+        if self.can_send:
+            try:
+                write_all(self.fd, frame(dumps((TERMINATE,))))
+            except OSError:
+                pass
         self.stop_sent = True
         self.leaving = True
         self.can_send = False

@@ -8,7 +8,10 @@ runner leaves nothing behind. PR_SET_PDEATHSIG (Linux) backs that up for a
 worker whose parent is the runner itself.
 
 The worker leads its own process group, so the runner can stop a subject
-together with every process the subject started (``os.killpg``).
+together with every process the subject started (``os.killpg``), and is a
+child subreaper, so it can also kill what left that group (see ``reaper``).
+A TERMINATE from the runner is acted on by the reader thread, so a subject
+that ignores SIGTERM still ends with everything it started.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from habitrun.engine.invoke import (
 from habitrun.engine.process import protocol as P
 from habitrun.engine.process.beacon import Beacon
 from habitrun.engine.process.outbox import Outbox
+from habitrun.engine.process.reaper import become_subreaper, kill_below
 from habitrun.engine.process.threads import apply_thread_caps
 from habitrun.errors import HabitrunError
 from habitrun.launcher.lifeline import close_forkserver_alive_fd
@@ -61,6 +65,7 @@ class WorkerConfig:
 
 
 def _kill_own_group(*_: Any) -> None:
+    kill_below(only_strays=False)  # what left the group too: a subreaper's orphans are ours
     os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
@@ -80,6 +85,7 @@ def _prepare(config: WorkerConfig) -> None:
         os.setpgid(0, 0)
     except OSError:
         pass
+    become_subreaper()
     # SIGTERM (from us, or from PDEATHSIG) ends the worker with all it started.
     signal.signal(signal.SIGTERM, _kill_own_group)
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -128,6 +134,8 @@ class _Inbox:
                     self.messages.put((P.UNDECODABLE, one_line(exc)))
                     continue
                 tag = message[0]
+                if tag == P.TERMINATE:
+                    _kill_own_group()
                 if tag in (P.RETIRE, P.EXIT):
                     self.retired = self.retired or tag == P.RETIRE
                     self.leaving = True
@@ -198,6 +206,7 @@ def worker_main(conn: Connection, config: WorkerConfig, beacon: Beacon) -> None:
         beacon.took(taken, running=True, output_from=output_mark())
         outcome = execute(bound, P.task_from(message[1]), capture="fd", log_max_bytes=config.log_max_bytes)
         beacon.ended()
+        kill_below(only_strays=True)  # what the subject started outside our group ends with it
         failures_in_row = 0 if outcome.ok else failures_in_row + 1
         if config.max_consecutive_failures and failures_in_row >= config.max_consecutive_failures:
             # The runner retires this worker; the runs queued behind this one must not start here.
@@ -209,6 +218,7 @@ def worker_main(conn: Connection, config: WorkerConfig, beacon: Beacon) -> None:
             break
     inbox.leaving = True
     outbox.flush()
+    kill_below(only_strays=False)
     # Skip interpreter teardown: it can hang on an operator's threads, and nothing is left to flush.
     sys.stdout.flush()
     sys.stderr.flush()

@@ -102,9 +102,37 @@ def act(subject):
         os.close(1)
         os.close(2)
         return "closed"
+    if do == "daemon":
+        start_daemon(subject.fields["pidfile"])
+        return "left a daemon behind"
+    if do == "daemon_then_hang":
+        start_daemon(subject.fields["pidfile"])
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        time.sleep(3600)
     if do == "quiet":
         return "nothing to say"
     raise AssertionError(f"unknown action {do!r}")
+
+
+def start_daemon(pidfile):
+    """Double fork and setsid: a daemon outside the worker's process group, holding fds 1 and 2."""
+    pid = os.fork()
+    if pid == 0:
+        os.setsid()
+        if os.fork() == 0:
+            Path(pidfile).write_text(str(os.getpid()))
+            time.sleep(120)
+        os._exit(0)
+    os.waitpid(pid, 0)
+    deadline = time.monotonic() + 10
+    while not Path(pidfile).exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def daemon_op(subject, pidfile):
+    start_daemon(f"{pidfile}.{subject.id}")
+    print(f"{subject.id} left a daemon behind")
+    return subject.id
 
 
 def second_stage(subject):
