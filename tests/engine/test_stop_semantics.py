@@ -13,6 +13,7 @@ import os
 import random
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -93,14 +94,16 @@ def test_group_sigints_at_random_moments_record_no_failure_and_resume_completes(
     interrupted = 0
     t0 = time.monotonic()
     for attempt in range(20):
-        if time.monotonic() - t0 > 70:
+        if time.monotonic() - t0 > 60:
             break  # a starved machine: fewer rounds, the same checks
         runs_before = _runs(folder)
         proc = _start(recipe, "run" if attempt == 0 else "resume")
         run_dir = _wait_for_new_run(folder, runs_before, proc)
-        if attempt >= 6 and attempt % 2 and run_dir is not None:
-            _wait_for_stage(run_dir, "plus_one", proc)  # the isolated stage
-        time.sleep(rng.uniform(0.0, 0.6))
+        if attempt >= 5 and run_dir is not None:
+            _wait_for_stage(run_dir, "plus_one", proc)  # the isolated stage: starting workers, or running
+            time.sleep(rng.uniform(0.0, 1.2))
+        else:
+            time.sleep(rng.uniform(0.0, 0.6))
         try:
             os.killpg(proc.pid, signal.SIGINT)
         except ProcessLookupError:
@@ -164,3 +167,28 @@ def test_a_finished_subject_is_committed_within_the_documented_window_in_both_mo
         latencies = _latencies(recipe.parent, stage)
         assert len(latencies) == 16
         assert max(latencies) < 0.5, (stage, sorted(latencies))
+
+
+CANNOT_START = """
+import multiprocessing, sys
+multiprocessing.set_executable(sys.argv[1])  # every worker start (forkserver or spawn) execs this
+from habitrun.cli.app import main
+main(sys.argv[2:])
+"""
+
+
+@pytest.mark.timeout(60)
+def test_workers_that_cannot_start_stop_the_run_with_exit_2_naming_the_cause_and_no_failure(tmp_path: Path) -> None:
+    recipe = make_study(tmp_path / "study", subjects=30)
+    not_executable = tmp_path / "python"
+    not_executable.write_text("#!/bin/sh\n")
+    not_executable.chmod(0o644)
+    script = tmp_path / "habitrun_with_a_bad_interpreter.py"
+    script.write_text(CANNOT_START)
+    done = subprocess.run([sys.executable, str(script), str(not_executable), "run", str(recipe)],
+                          capture_output=True, text=True, timeout=50)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "cannot start a worker process" in done.stderr and "Permission denied" in done.stderr, done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    assert not _failed_events(recipe.parent)
+    assert not [e for e in events(recipe.parent) if e.get("event") == "subject_done"]
