@@ -73,3 +73,16 @@ def test_run_piped_into_cat_does_not_wait_for_a_subjects_daemon(tmp_path):
     assert elapsed < 40, f"the pipe stayed open for {elapsed:.0f} s"
     daemons = [_daemon(Path(f"{pidfile}.{sid}")) for sid in ("S1", "S2")]
     assert not wait_gone(daemons, timeout=5), "the daemons outlived the run"
+
+
+def test_a_child_left_in_the_workers_group_lives_until_the_worker_ends_then_dies_with_it(make_backend, tasks,
+                                                                                        tmp_path):
+    # still in the worker's group: it may be an operator's pool, kept between subjects
+    b = make_backend(workers=1)
+    pidfile = tmp_path / "daemon.pid"
+    got = run(b, op("act"), tasks({"do": "child_outlives", "pidfile": str(pidfile)}, {"do": "ok"}))
+    assert got["S0"].ok and got["S1"].ok
+    child = _daemon(pidfile)
+    assert alive([child])
+    b.close()
+    assert not wait_gone([child], timeout=5), "the child outlived its worker"

@@ -560,6 +560,8 @@ class _StageRun:
         times: list[float] = []
         if self.grace_until is not None:
             times.append(self.grace_until)
+        if self.queue and self.spawn_after and not self.stopping:
+            times.append(self.spawn_after)  # try another start then, even with no worker left to wake us
         for w in self.b._live():
             if w.kill_at is not None:
                 times.append(w.kill_at)

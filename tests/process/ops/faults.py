@@ -109,6 +109,10 @@ def act(subject):
         start_daemon(subject.fields["pidfile"])
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         time.sleep(3600)
+    if do == "child_outlives":
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        Path(subject.fields["pidfile"]).write_text(str(child.pid))
+        return "left a child running"
     if do == "quiet":
         return "nothing to say"
     raise AssertionError(f"unknown action {do!r}")
