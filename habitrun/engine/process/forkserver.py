@@ -80,11 +80,15 @@ class PrivateForkServer(forkserver.ForkServer):
         self._ready = False
 
     def ready(self) -> bool:
-        """Its preloaded imports are done (or it died: then a fork request fails at once)."""
-        if self._ready or self._ready_r is None:
-            return self._ready or self._popen is None
+        """Its preloaded imports are done. False while it boots, and for good if it died booting
+        (a preloaded module that breaks the server must not stop workers from starting)."""
+        if self._ready_r is None:
+            return self._ready
         if connection.wait([self._ready_r], 0):
-            self._ready = True
+            try:
+                self._ready = os.read(self._ready_r, 1) == b"r"
+            except OSError:
+                self._ready = False
             os.close(self._ready_r)
             self._ready_r = None
         return self._ready
