@@ -442,8 +442,8 @@ class _StageRun:
             self.queue.clear()
             if not self.stop.hard:
                 self.grace_until = now + self.policy.graceful_shutdown_sec
-                for w in self.b._live():
-                    if (w.outstanding or w.binding) and w.can_send and not w.leaving:
+                for w in self.b._live():  # idle ones too: a stop ends the run, nothing more will come
+                    if w.can_send and not w.leaving:
                         self.send(w, (P.RETIRE,))
                         w.leaving = True
         if self.stop.hard and not self.hard_done:
