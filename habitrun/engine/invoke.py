@@ -98,7 +98,7 @@ class _FdScratch:
         os.dup2(self.fd, 2)
         for name, fd in (("stdout", 1), ("stderr", 2)):
             stream = getattr(sys, name)
-            if stream is None or stream.closed:
+            if stream is None or getattr(stream, "closed", False):
                 setattr(sys, name, open(fd, "w", closefd=False, errors="backslashreplace"))  # noqa: SIM115
 
     def mark(self) -> int:

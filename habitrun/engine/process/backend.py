@@ -694,7 +694,9 @@ class _StageRun:
             else:
                 death_msg = death.message
             self.finish(w, task, False, kind=death.kind, error=death_msg, duration=now - since)
-            w.log_owed = (task, w.beacon.read().output_from if running is not None else (0 if w.binding else -1),
+            # its output: from the beacon's mark; a first bind's from the start; otherwise unknown
+            first_bind = w.binding and w.replies == 0
+            w.log_owed = (task, w.beacon.read().output_from if running is not None else (0 if first_bind else -1),
                           death_msg)
             self.give_back(w)
         self.b._bury(w)
@@ -735,7 +737,7 @@ class _StageRun:
         if w.outstanding:
             task = w.outstanding.popleft()
             self.finish(w, task, False, kind=FailureKind.SPAWN_TIMEOUT, error=error, duration=now - w.head_since)
-            w.log_owed = (task, 0, error)
+            w.log_owed = (task, 0 if w.replies == 0 else -1, error)
         self.give_back(w)
         w.terminate(now, self.policy.graceful_shutdown_sec)
         self.start_fail_streak += 1
