@@ -86,3 +86,27 @@ def test_a_child_left_in_the_workers_group_lives_until_the_worker_ends_then_dies
     assert alive([child])
     b.close()
     assert not wait_gone([child], timeout=5), "the child outlived its worker"
+
+
+@pytest.mark.timeout(120)
+def test_a_50_mb_result_is_stored_and_reaches_the_next_stage(tmp_path, monkeypatch):
+    from tests.engine.test_crash_safety import stored_results
+
+    study = tmp_path / "study"
+    study.mkdir()
+    (study / "subjects.csv").write_text("subject_id,do\nS1,big\nS2,ok\n")
+    recipe = {
+        "habitrun": 1, "name": "big", "subjects": {"manifest": "subjects.csv"},
+        "policy": {"backend": "process", "workers": 2, "subject_timeout_sec": 100},
+        "stages": [{"name": "big", "operator": "faults:act"},
+                   {"name": "size", "operator": "faults:size_of", "needs": ["big"]}],
+    }
+    (study / "recipe.yaml").write_text(json.dumps(recipe))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([OPS_DIR, os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(habitrun_cmd("run", str(study / "recipe.yaml"), "--quiet"), capture_output=True,
+                          text=True, timeout=110, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    monkeypatch.syspath_prepend(OPS_DIR)  # planning reads the operators' code
+    results = stored_results(study / "recipe.yaml")
+    assert results[("size", "S1")] == 50 * 1024 * 1024
+    assert results[("big", "S1")] == b"x" * (50 * 1024 * 1024)

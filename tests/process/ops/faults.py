@@ -139,6 +139,10 @@ def daemon_op(subject, pidfile):
     return subject.id
 
 
+def size_of(subject):
+    return len(subject.input("big"))
+
+
 def second_stage(subject):
     return {"stage": 2, "pid": os.getpid(), "id": subject.id}
 
