@@ -403,12 +403,13 @@ class _StageRun:
         while True:
             now = time.monotonic()
             self.check_stop(now)
+            if not self.stopping:
+                self.shrink_to_effective()
+                self.fill(now)  # keep the running workers busy first
             # Report (and so commit) what finished before starting anything: a start may be slow.
             if self.flush():
                 continue
-            if not self.stopping:
-                self.shrink_to_effective()
-                self.spawn_as_needed(now)
+            if not self.stopping and self.spawn_as_needed(now):
                 self.fill(now)
                 if self.flush():
                     continue
@@ -471,7 +472,9 @@ class _StageRun:
             return False
         return True
 
-    def spawn_as_needed(self, now: float) -> None:
+    def spawn_as_needed(self, now: float) -> bool:
+        """Start workers while there is work for them; True if any started."""
+        started = False
         active = self.b._active()
         spare = sum(self.depth - len(w.outstanding) for w in active if self.can_take(w))
         while self.queue and len(active) < self.b._effective and len(self.queue) > spare \
@@ -480,16 +483,18 @@ class _StageRun:
                 w = self.b._spawn(self.op, self.module, now)
             except Exception as exc:  # noqa: BLE001 - a failed start is never a subject's failure
                 if self.stop.is_set():
-                    return  # the stop may have caused it; nothing more starts anyway
+                    return started  # the stop may have caused it; nothing more starts anyway
                 if not self.b._live():
                     raise WorkerStartError(
                         f"cannot start a worker process for stage {self.op.stage!r}: {one_line(exc)}; "
                         "no subject was run or recorded as failed") from exc
                 self.spawn_after = time.monotonic() + SPAWN_RETRY_SEC  # go on with the workers there are
-                return
+                return started
             self.bind(w, now)
             active.append(w)
             spare += self.depth
+            started = True
+        return started
 
     def bind(self, w: Worker, now: float) -> None:
         w.op = self.op
