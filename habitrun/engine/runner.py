@@ -22,7 +22,7 @@ from habitrun.engine.backends import BackendPool
 from habitrun.engine.control import StopFlag
 from habitrun.engine.recorder import Recorder
 from habitrun.engine.signals import exit_code_for, stop_on_signals
-from habitrun.errors import EXIT_FAILED_SUBJECTS, EXIT_OK
+from habitrun.errors import EXIT_FAILED_SUBJECTS, EXIT_OK, WorkerStartError
 from habitrun.planner.plan import GROUP_SUBJECT, StagePlan, SubjectStatus, fingerprints, plan_stage
 from habitrun.spec.gcpause import gc_paused
 from habitrun.spec.loader import LoadedRecipe
@@ -199,30 +199,35 @@ class _StudyRunner:
                    "user": _user(), "resumed_from": provenance["resumed_from"]})
         started = time.monotonic()
         self.recorder = Recorder(self.store, self.emit_many)
+        error: WorkerStartError | None = None
         try:
             for stage in self.recipe.ordered_stages():
                 if self.stop.is_set():
                     break
                 self.run_stage(stage)
+        except WorkerStartError as exc:  # run-level: recorded as the run's end, then reported (exit 2)
+            error = exc
         finally:
             hard = self.stop.hard
             try:
                 self.recorder.close()
             finally:
                 self.backends.close(graceful=not hard)
-        outcome, exit_code = self.outcome()
+        outcome, exit_code = ("error", error.exit_code) if error else self.outcome()
         if outcome == "success":
             self.clear_on_success()
         summary = {
             "stages": {name: c.as_dict() for name, c in self.counts.items()},
             "failed_subjects": len(self.failures),
-            "stop_reason": self.stop.reason,
+            "stop_reason": error.message if error else self.stop.reason,
             "duration_sec": round(time.monotonic() - started, 3),
             "backends": self.backends.described,
         }
         self.emit({"event": "run_finished", "outcome": outcome, "exit_code": exit_code, **summary})
         self.run.finish(outcome, summary)
         self.run.events.close()
+        if error is not None:
+            raise error
         return RunSummary(self.run, outcome, exit_code, self.counts, self.failures, self.stop.reason,
                           self.warnings, self.group_results)
 

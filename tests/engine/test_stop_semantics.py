@@ -192,3 +192,5 @@ def test_workers_that_cannot_start_stop_the_run_with_exit_2_naming_the_cause_and
     assert "Traceback" not in done.stdout + done.stderr
     assert not _failed_events(recipe.parent)
     assert not [e for e in events(recipe.parent) if e.get("event") == "subject_done"]
+    [finished] = [e for e in events(recipe.parent) if e.get("event") == "run_finished"]
+    assert finished["outcome"] == "error" and finished["exit_code"] == 2
