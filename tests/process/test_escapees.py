@@ -110,3 +110,10 @@ def test_a_50_mb_result_is_stored_and_reaches_the_next_stage(tmp_path, monkeypat
     results = stored_results(study / "recipe.yaml")
     assert results[("size", "S1")] == 50 * 1024 * 1024
     assert results[("big", "S1")] == b"x" * (50 * 1024 * 1024)
+
+
+def test_orphans_that_end_are_reaped_so_zombies_do_not_pile_up_in_a_persistent_worker(make_backend, tasks):
+    b = make_backend(workers=1)
+    got = run(b, op("act"), tasks(*[{"do": "orphan"}] * 5, {"do": "zombies"}))
+    assert all(o.ok for o in got.values())
+    assert got["S5"].result == [], f"zombie children left in the worker: {got['S5'].result}"

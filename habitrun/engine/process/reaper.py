@@ -10,6 +10,9 @@ reparented to the worker, not to init, and the worker can find it.
 After each subject the worker kills its children that left its process
 group (with all they started); children still in its group (a pool an
 operator keeps between subjects, say) are left alone until the worker ends.
+Children that ended during the subject and were not waited for (an orphan
+of ``sh -c "cmd &"`` comes to the subreaper) are reaped, so zombies do not
+pile up in a long-lived worker.
 When the worker ends (retired, done, told to stop, or its runner gone) it
 kills every process below it, then its group. Checking costs one
 ``waitid`` per subject when there are no children at all.
@@ -73,6 +76,32 @@ def descendants(roots: set[int]) -> set[int]:
         seen.add(pid)
         todo.extend(children_of(pid))
     return seen
+
+
+def snapshot() -> frozenset[int]:
+    """The children there are before a subject (none, in one system call, most of the time)."""
+    return frozenset(children_of(os.getpid())) if has_children() else frozenset()
+
+
+def after_subject(before: frozenset[int]) -> None:
+    """Kill what the subject left outside our group; reap its children that ended unwaited."""
+    if not has_children():
+        return
+    kill_below(only_strays=True)
+    for pid in children_of(os.getpid()) - before:
+        if _state(pid) == "Z":
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0].decode()
+    except (OSError, IndexError):
+        return "?"
 
 
 def _pgid(pid: int) -> int | None:

@@ -40,7 +40,7 @@ from habitrun.engine.invoke import (
 from habitrun.engine.process import protocol as P
 from habitrun.engine.process.beacon import Beacon
 from habitrun.engine.process.outbox import Outbox
-from habitrun.engine.process.reaper import become_subreaper, kill_below
+from habitrun.engine.process.reaper import after_subject, become_subreaper, kill_below, snapshot
 from habitrun.engine.process.threads import apply_thread_caps
 from habitrun.errors import HabitrunError
 from habitrun.launcher.lifeline import close_forkserver_alive_fd
@@ -204,9 +204,10 @@ def worker_main(conn: Connection, config: WorkerConfig, beacon: Beacon) -> None:
             outbox.send(reply)
             continue
         beacon.took(taken, running=True, output_from=output_mark())
+        children = snapshot()
         outcome = execute(bound, P.task_from(message[1]), capture="fd", log_max_bytes=config.log_max_bytes)
         beacon.ended()
-        kill_below(only_strays=True)  # what the subject started outside our group ends with it
+        after_subject(children)  # what the subject started outside our group ends with it
         failures_in_row = 0 if outcome.ok else failures_in_row + 1
         if config.max_consecutive_failures and failures_in_row >= config.max_consecutive_failures:
             # The runner retires this worker; the runs queued behind this one must not start here.

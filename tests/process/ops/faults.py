@@ -113,6 +113,12 @@ def act(subject):
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
         Path(subject.fields["pidfile"]).write_text(str(child.pid))
         return "left a child running"
+    if do == "orphan":
+        subprocess.run(["sh", "-c", "true & exit 0"], check=True)  # the backgrounded `true` is orphaned
+        time.sleep(0.2)
+        return "orphaned"
+    if do == "zombies":
+        return sorted(int(p) for p in Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").read_text().split())
     if do == "quiet":
         return "nothing to say"
     raise AssertionError(f"unknown action {do!r}")
