@@ -75,6 +75,7 @@ class Backend(abc.ABC):
     """Runs map (and collect) tasks; lives for a whole run so workers are reused across stages."""
 
     name: str = "abstract"
+    scratch_dir: str | None = None  # where workers keep scratch files (the run folder); None: the temp dir
 
     @abc.abstractmethod
     def run_tasks(

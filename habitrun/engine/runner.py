@@ -24,7 +24,7 @@ from habitrun.engine.recorder import Recorder
 from habitrun.engine.selection import stages_for, unknown_ids
 from habitrun.engine.signals import exit_code_for, signal_name, stop_on_signals
 from habitrun.engine.stopnotice import StopNotices
-from habitrun.errors import EXIT_FAILED_SUBJECTS, EXIT_OK, StoreWriteError
+from habitrun.errors import EXIT_FAILED_SUBJECTS, EXIT_OK, StoreWriteError, WorkerStartError
 from habitrun.planner.plan import GROUP_SUBJECT, StagePlan, SubjectStatus, fingerprints, plan_stage
 from habitrun.spec.gcpause import gc_paused
 from habitrun.spec.loader import LoadedRecipe
@@ -249,11 +249,14 @@ class _StudyRunner:
         self.recorder = Recorder(self.store, self.emit_many,
                                  on_failure=lambda exc: self.cannot_write(self.store.directory, exc))
         notices = StopNotices(self.stop, self.emit, self.stopping_facts)
+        error: WorkerStartError | None = None
         try:
             for stage in self.selected:
                 if self.stop.is_set():
                     break
                 self.run_stage(stage)
+        except WorkerStartError as exc:  # run-level: recorded as the run's end, then reported (exit 2)
+            error = exc
         finally:
             hard = self.stop.hard
             try:
@@ -263,13 +266,13 @@ class _StudyRunner:
         notices.close()
         if self.write_failure is not None:
             self.end_unwritable(started)
-        outcome, exit_code = self.outcome()
+        outcome, exit_code = ("error", error.exit_code) if error else self.outcome()
         if outcome == "success":
             self.clear_on_success()
         summary = {
             "stages": {name: c.as_dict() for name, c in self.counts.items()},
             "failed_subjects": len(self.failures),
-            "stop_reason": self.stop.reason,
+            "stop_reason": error.message if error else self.stop.reason,
             "duration_sec": round(time.monotonic() - started, 3),
             "backends": self.backends.described,
         }
@@ -281,6 +284,8 @@ class _StudyRunner:
             self.cannot_write(self.run.path, exc)
         if self.write_failure is not None:
             self.end_unwritable(started)
+        if error is not None:
+            raise error
         return RunSummary(self.run, outcome, exit_code, self.counts, self.failures, self.stop.reason,
                           self.warnings, self.group_results, self.outputs())
 
@@ -477,6 +482,7 @@ class _StudyRunner:
                          kind="collect" if stage.kind == "collect" else "map",
                          search_path=self.loaded.search_path)
         backend = self.current_backend = self.backends.for_policy(policy)
+        backend.scratch_dir = str(self.run.path / "scratch")  # subject output never leaves the run folder
         with gc_paused():  # tens of thousands of tasks, no cycles: the collector would only walk them
             tasks = self.build_tasks(stage, plan, to_run)
         rounds = policy.auto_retry_rounds
@@ -501,7 +507,9 @@ class _StudyRunner:
                                    "attempt": task.attempt, "duration_sec": round(outcome.duration_sec, 6),
                                    "pid": outcome.worker_pid})
                     continue
-                final = task.attempt > rounds or fail_fast or self.stop.is_set() or not policy.retries(outcome.kind)
+                # Once a stop is asked for, a failure with attempts left is not run (a resume
+                # runs it), never a recorded failure: its last chance was taken by the stop.
+                final = task.attempt > rounds or fail_fast or not policy.retries(outcome.kind)
                 events.append({"event": "subject_failed", "stage": stage.name, "subject": sid,
                                "attempt": task.attempt, "kind": outcome.kind, "error": outcome.error,
                                "final": final, "log": task.log_path, "pid": outcome.worker_pid})
