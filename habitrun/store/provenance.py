@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import getpass
 import importlib.metadata as md
+import importlib.util
 import os
 import platform
 import shutil
@@ -33,26 +34,91 @@ def package_versions(modules: Iterable[str]) -> dict[str, dict[str, str] | None]
     """For each module, ``{distribution: version}`` of the distribution(s) that ship its top level.
 
     A module not installed from a distribution (a study's own ``study_ops``) maps to None.
+    Cheap in the usual cases, as it runs before every run: a module nothing on
+    ``sys.path`` holds, or one in a folder without installed distributions, is
+    the study's own; a distribution named like the module that ships it is the
+    owner. Only what is left (``yaml`` from PyYAML, namespace packages) needs
+    the full scan of every installed distribution's file list.
     """
-    try:
-        owners = md.packages_distributions()
-    except Exception:  # noqa: BLE001 - broken metadata of an unrelated package
-        owners = {}
+    tops = {module: module.split(".", 1)[0] for module in set(modules)}
+    owners: dict[str, list[str]] = {}
+    unresolved = []
+    for top in sorted(set(tops.values())):
+        where = _where(top)
+        if where is None:
+            continue  # nothing installed here holds it
+        if where.is_dir() and not _holds_distributions(where):
+            continue  # a plain folder of code: the study's own
+        named = _named_owner(top) if _single_location(top) else None
+        if named is not None:
+            owners[top] = [named]
+        else:
+            unresolved.append(top)
+    if unresolved:
+        try:
+            every = md.packages_distributions()
+        except Exception:  # noqa: BLE001 - broken metadata of an unrelated package
+            every = {}
+        for top in unresolved:
+            owners[top] = list(every.get(top, []))
     out: dict[str, dict[str, str] | None] = {}
-    for module in sorted(set(modules)):
-        top = module.split(".", 1)[0]
-        dists = owners.get(top)
-        if not dists:
-            out[module] = None
-            continue
+    for module in sorted(tops):
         versions: dict[str, str] = {}
-        for dist in sorted(set(dists)):
+        for dist in sorted(set(owners.get(tops[module], []))):
             try:
                 versions[dist] = md.version(dist)
             except md.PackageNotFoundError:
                 continue
         out[module] = versions or None
     return out
+
+
+def _spec(top: str) -> Any:
+    try:
+        return importlib.util.find_spec(top)  # a top-level name: finds it, imports nothing
+    except (ImportError, ValueError):
+        return None
+
+
+def _where(top: str) -> Path | None:
+    """The folder holding the top-level module (its ``sys.path`` entry), or a path that is not a folder."""
+    spec = _spec(top)
+    if spec is None:
+        return None
+    if spec.origin and spec.origin not in ("built-in", "frozen") and spec.submodule_search_locations is None:
+        return Path(spec.origin).parent
+    if spec.origin and spec.origin not in ("built-in", "frozen"):
+        return Path(spec.origin).parent.parent
+    locations = list(spec.submodule_search_locations or [])
+    return Path(locations[0]).parent if locations else Path(spec.origin or top)
+
+
+def _single_location(top: str) -> bool:
+    """Not a namespace package (whose parts several distributions may ship)."""
+    spec = _spec(top)
+    return spec is not None and spec.origin not in (None, "namespace")
+
+
+def _holds_distributions(folder: Path) -> bool:
+    try:
+        return any(entry.name.endswith((".dist-info", ".egg-info")) for entry in os.scandir(folder))
+    except OSError:
+        return True  # cannot tell: let the scan decide
+
+
+def _named_owner(top: str) -> str | None:
+    """The distribution named like ``top`` (``-``/``_``/case aside), when it ships ``top``."""
+    try:
+        dist = md.distribution(top)
+    except (md.PackageNotFoundError, ValueError):
+        return None
+    declared = (dist.read_text("top_level.txt") or "").split()
+    shipped = set(declared) or {
+        f.parts[0] if len(f.parts) > 1 else f.with_suffix("").name
+        for f in (dist.files or []) if f.suffix == ".py"
+    }
+    name = dist.metadata["Name"]
+    return name if top in shipped and name else None
 
 
 def _git(folder: Path, *args: str) -> str | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -114,3 +115,22 @@ def test_event_lines_carry_one_stamp_first_and_keep_every_field(tmp_path: Path) 
     assert events[0] == {"ts": events[0]["ts"], "event": "done", "subject": "S1", "error": 'quote " and\nnewline', "n": 1.5}
     assert events[1] == {"ts": events[0]["ts"]} and events[2] == {"ts": 7, "event": "own"}
     assert lines[2].count('"ts"') == 1
+
+
+def test_package_versions_agree_with_the_full_scan_of_installed_distributions(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shortcuts (study's own folder, a distribution named like the module) give what the scan gives."""
+    import importlib.metadata as md
+
+    (tmp_path / "own_study_ops").mkdir()
+    (tmp_path / "own_study_ops" / "__init__.py").write_text("raise SystemExit('never imported')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    modules = ["own_study_ops.synth", "numpy.linalg", "yaml", "typer", "rich.console", "pydantic_core",
+               "ruamel.yaml", "_pytest.python", "json", "os.path", "definitely_not_a_module_xyz"]
+    every = md.packages_distributions()
+    scanned = {m: {d: md.version(d) for d in sorted(set(every.get(m.split(".")[0], [])))} or None
+               for m in modules}
+    got = package_versions(modules)
+    assert got == scanned
+    assert got["own_study_ops.synth"] is None and got["yaml"] == {"PyYAML": md.version("PyYAML")}
+    assert "own_study_ops" not in sys.modules
