@@ -6,11 +6,16 @@ on the workers and on the stop flag, with the nearest deadline (subject
 timeout, start timeout, kill escalation, shutdown grace) as its timeout: it
 wakes on a result, a death or a deadline, never on a polling tick.
 
-Each worker keeps subjects queued ahead of the one it runs, so it never
-waits for the runner: one when subjects are long, more when they are short
-(about ``TARGET_QUEUED_SEC`` of work, judged from the stage's durations so
-far), sent together in one write and refilled at half depth, so a short
-subject costs a fraction of a wake-up on each side. Replies come back in
+Every worker the policy allows is started while subjects are pending, and
+a subject of unknown or long duration goes to a worker only when that worker
+is free: a subject never waits queued behind another while a worker is idle
+or not started yet. Only once the stage's subjects are known to be short
+(their durations so far) does a worker get subjects queued ahead of the one
+it runs, so it never waits for the runner: about ``TARGET_QUEUED_SEC`` of
+work, sent together in one write and refilled at half depth, so a short
+subject costs a fraction of a wake-up on each side. What is queued ahead is
+at most that much work, so a worker left idle at a stage's tail waits for no
+more than that. Replies come back in
 order, one per subject; a worker holds successes up to ``REPLY_HOLD_SEC``
 while more runs wait behind them, so several share one write and one
 wake-up of the runner (see ``outbox``). What a worker runs right now, and
@@ -337,7 +342,7 @@ class _StageRun:
         self.bind_data: bytes | None = None
         recycle = self.policy.persistent_worker_recycle_after_tasks
         self.recycle = 0 if backend._isolated else recycle
-        self.depth = 1 if backend._isolated else 2
+        self.depth = 1  # one to a worker until subjects are known to be short (learn)
         self.mean_sec: float | None = None  # running mean of this stage's subject durations
         self.unlearned = [0.0, 0]  # (sum, count) of durations not yet in mean_sec
 
@@ -357,9 +362,11 @@ class _StageRun:
             unlearned[1] += 1
 
     def learn(self) -> None:
-        """Queue deeper when subjects are short: about TARGET_QUEUED_SEC of work per worker.
+        """Queue ahead only when subjects are short: about TARGET_QUEUED_SEC of work per worker.
 
-        Called once per batch of replies (before refilling), with the batch's mean duration.
+        Subjects longer than half of that go one to a worker (depth 1): a second one
+        queued behind would wait while another worker may be idle. Called once per
+        batch of replies (before refilling), with the batch's mean duration.
         """
         total, count = self.unlearned
         if not count:
@@ -368,7 +375,7 @@ class _StageRun:
         duration = total / count
         mean = duration if self.mean_sec is None else 0.8 * self.mean_sec + 0.2 * duration
         self.mean_sec = mean
-        self.depth = max(2, min(MAX_DEPTH, int(TARGET_QUEUED_SEC / (mean + PER_SUBJECT_COST_SEC))))
+        self.depth = max(1, min(MAX_DEPTH, int(TARGET_QUEUED_SEC / (mean + PER_SUBJECT_COST_SEC))))
 
     def fail_queue(self, error: str, kind: str) -> None:
         while self.queue:
@@ -477,11 +484,15 @@ class _StageRun:
         return True
 
     def spawn_as_needed(self, now: float) -> bool:
-        """Start workers while there is work for them; True if any started."""
+        """Start workers up to the policy's number while subjects wait for a free one; True if any started.
+
+        A slot to queue ahead in a busy worker does not count as free: the
+        subject would wait for the one before it, a new worker would run it now.
+        """
         started = False
         active = self.b._active()
-        spare = sum(self.depth - len(w.outstanding) for w in active if self.can_take(w))
-        while self.queue and len(active) < self.b._effective and len(self.queue) > spare \
+        free = sum(1 for w in active if not w.outstanding and self.can_take(w))
+        while self.queue and len(active) < self.b._effective and len(self.queue) > free \
                 and now >= self.spawn_after:
             try:
                 w = self.b._spawn(self.op, self.module, now)
@@ -496,7 +507,7 @@ class _StageRun:
                 return started
             self.bind(w, now)
             active.append(w)
-            spare += self.depth
+            free += 1
             started = True
         return started
 
