@@ -7,11 +7,21 @@ checkpoint store with a success for every subject of every stage through
 plan. Prints a table.
 
     /work/venv/bin/python benchmarks/plan_scale.py [--subjects 100000] [--repeat 3]
+
+With ``--sizes 10000,100000,1000000`` it instead builds a study of each size
+and plans it in a fresh process (``--repeat`` times), printing each step's
+time, the per-subject cost and the planning process's peak RSS, and how much
+each step grows from one size to the next (10x the subjects should cost 10x).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -73,32 +83,89 @@ def plan_once(recipe: Path) -> tuple[dict[str, float], object]:
     return times, plan
 
 
+def fill_store(recipe: Path) -> tuple[int, float]:
+    """Store a success for every subject of every stage; (records, seconds)."""
+    loaded = load_recipe(recipe)
+    subjects = load_subjects(loaded)
+    store = CheckpointStore.open(loaded.store_dir())
+    first = plan_study(loaded, subjects, store)
+    t0 = time.perf_counter()
+    n_records = 0
+    for stage in first:
+        batch: list[Record] = []
+        for sid, key in stage.keys.items():
+            batch.append(Record(stage=stage.name, key=key, subject_id=sid, ok=True, result=1,
+                                components=stage.components[sid]))
+            if len(batch) == 1000:
+                store.put(batch)
+                n_records += len(batch)
+                batch = []
+        store.put(batch)
+        n_records += len(batch)
+    build_sec = time.perf_counter() - t0
+    store.close()
+    return n_records, build_sec
+
+
+STEPS = ("load_recipe", "load_subjects", "open_store", "plan", "total")
+
+
+def measure_child(recipe: Path) -> None:
+    """One plan in this (fresh) process; prints its step times and peak RSS as JSON."""
+    times, plan = plan_once(recipe)
+    times["done"] = plan.counts()[SubjectStatus.DONE.value]
+    times["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps(times))
+
+
+def sweep(sizes: list[int], repeat: int) -> None:
+    """Each size built and planned in a fresh process; medians, peak RSS and growth per 10x."""
+    print(f"manifest + plan, N subjects x 3 map stages, everything stored as done; "
+          f"median of {repeat} fresh processes (min-max of total)")
+    print(f"{'subjects':>9} {'build s':>8} " + " ".join(f"{s:>13}" for s in STEPS)
+          + f" {'total range':>15} {'us/subject':>10} {'peak RSS MB':>11}")
+    rows: dict[int, dict[str, float]] = {}
+    for n in sizes:
+        with tempfile.TemporaryDirectory(prefix="habitrun-plan-scale-") as tmp:
+            recipe = build(Path(tmp), n)
+            n_records, build_sec = fill_store(recipe)
+            runs = []
+            for _ in range(repeat):
+                done = subprocess.run([sys.executable, __file__, "--measure", str(recipe)],
+                                      capture_output=True, text=True, check=True)
+                runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        assert all(r["done"] == n_records for r in runs), runs
+        med = {k: statistics.median(r[k] for r in runs) for k in (*STEPS, "peak_rss_mb")}
+        totals = [r["total"] for r in runs]
+        rows[n] = med
+        print(f"{n:>9,} {build_sec:>8.1f} " + " ".join(f"{med[s]:>12.3f}s" for s in STEPS)
+              + f" {min(totals):>7.2f}-{max(totals):<7.2f} {med['total'] / n * 1e6:>10.1f}"
+              f" {med['peak_rss_mb']:>11.0f}", flush=True)
+    ordered = sorted(rows)
+    for small, big in zip(ordered, ordered[1:], strict=False):
+        factor = big / small
+        growth = " ".join(f"{s} x{rows[big][s] / rows[small][s]:.1f}" for s in STEPS if rows[small][s] > 0)
+        print(f"{small:,} -> {big:,} subjects (x{factor:g}): {growth}; "
+              f"peak RSS x{rows[big]['peak_rss_mb'] / rows[small]['peak_rss_mb']:.1f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--subjects", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--sizes", default=None,
+                        help="comma-separated subject counts, e.g. 10000,100000,1000000: the scaling table")
+    parser.add_argument("--measure", type=Path, default=None, help=argparse.SUPPRESS)  # the child of --sizes
     args = parser.parse_args()
+    if args.measure is not None:
+        measure_child(args.measure)
+        return
+    if args.sizes:
+        sweep([int(x) for x in args.sizes.split(",")], args.repeat)
+        return
     with tempfile.TemporaryDirectory(prefix="habitrun-plan-scale-") as tmp:
         recipe = build(Path(tmp), args.subjects)
-        loaded = load_recipe(recipe)
-        subjects = load_subjects(loaded)
-        store = CheckpointStore.open(loaded.store_dir())
-        first = plan_study(loaded, subjects, store)
-        t0 = time.perf_counter()
-        n_records = 0
-        for stage in first:
-            batch: list[Record] = []
-            for sid, key in stage.keys.items():
-                batch.append(Record(stage=stage.name, key=key, subject_id=sid, ok=True, result=1, components=stage.components[sid]))
-                if len(batch) == 1000:
-                    store.put(batch)
-                    n_records += len(batch)
-                    batch = []
-            store.put(batch)
-            n_records += len(batch)
-        build_sec = time.perf_counter() - t0
-        store.close()
-
+        n_records, build_sec = fill_store(recipe)
         print(f"subjects: {args.subjects:,}   stages: 3   records stored: {n_records:,}")
         print(f"build store (put, batches of 1000): {build_sec:8.2f} s  ({build_sec / n_records * 1e6:.0f} us/record)")
         print()
