@@ -103,6 +103,15 @@ class Backend(abc.ABC):
         """Subjects running right now, if the backend can tell (None: it cannot); read from another thread."""
         return None
 
+    def warm(self) -> None:
+        """Start booting what the first worker needs (a fork server), without waiting for it.
+
+        Called once the run knows it has work, so the boot overlaps with the
+        operator check and the run folder's creation. Best effort: a failure
+        here surfaces when a worker is really started. Default: nothing.
+        """
+        return None
+
     def describe(self) -> dict[str, Any]:
         """Facts for the run's provenance (backend name, workers, cluster...)."""
         return {"backend": self.name, "workers": self.effective_workers}

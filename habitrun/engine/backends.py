@@ -64,6 +64,15 @@ class BackendPool:
         self._shape = shape
         return self.current
 
+    def warm(self, policy: RunPolicy) -> None:
+        """Have the process backend for ``policy`` start booting its workers' fork server now.
+
+        Only the process backend: building another one may start a cluster,
+        which a run stopped by its operator check should never have done.
+        """
+        if policy.backend == "process":
+            self.for_policy(policy).warm()
+
     def close(self, graceful: bool = True) -> None:
         if self.current is not None:
             try:

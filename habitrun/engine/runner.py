@@ -135,8 +135,13 @@ def run_study(
             runner.rerun_ids = frozenset(rerun)
             if not runner.prepare() and not record_noop:
                 return runner.noop_summary()  # nothing will import an operator: no need to wait for the check
+            runner.warm_backend()  # the workers' fork server boots while the check and the run folder finish
             if preflight is not None:
-                preflight()  # before the run folder, and before the signal handlers: Ctrl-C here interrupts
+                try:
+                    preflight()  # before the run folder, and before the signal handlers: Ctrl-C here interrupts
+                except BaseException:
+                    runner.backends.close()
+                    raise
             if install_signal_handlers:
                 with stop_on_signals(stop):
                     return runner.run()
@@ -214,6 +219,12 @@ class _StudyRunner:
             previous = self.resumed_from.read_provenance()
             self.chain = set(previous.get("run_chain", [])) | {self.resumed_from.run_id}
         return self.plan_ahead()
+
+    def warm_backend(self) -> None:
+        """Start the first map or collect stage's backend booting its workers (see Backend.warm)."""
+        first = next((s for s in self.selected if s.kind != "train"), None)
+        if first is not None:
+            self.backends.warm(self.recipe.stage_policy(first.name))
 
     def run(self) -> RunSummary:
         provenance = collect_provenance(

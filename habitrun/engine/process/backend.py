@@ -136,6 +136,10 @@ class ProcessBackend(Backend):
     def effective_workers(self) -> int:
         return self._effective
 
+    def warm(self) -> None:
+        if not self._closed:
+            self._launcher.warm()
+
     def describe(self) -> dict[str, Any]:
         return {
             "backend": self.name,

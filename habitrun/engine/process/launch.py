@@ -156,6 +156,15 @@ class Launcher:
         """A worker imported ``module`` fine: later workers may get it preloaded."""
         self._proven.add((module, tuple(search_path)))
 
+    def warm(self) -> None:
+        """Start the base fork server booting (not waiting for it); a failure shows at the first real start."""
+        if self._ctx is not None:
+            return
+        try:
+            self._server(BASE_PRELOAD, ())
+        except OSError:
+            return  # not stored: the first real start tries again and reports why it cannot
+
     def start(self, config: WorkerConfig, module: str | None, search_path: Sequence[str],
               close_fds: Sequence[int], beacon: Beacon) -> tuple[BaseProcess, Connection]:
         """Start one worker; returns the process and the runner's end of its pipe."""
