@@ -39,11 +39,17 @@ def make_console() -> Console:
 
 
 def open_existing_store(loaded: LoadedRecipe) -> CheckpointStore | None:
-    """The recipe's store if one exists (StoreError if something else is there); never creates one."""
+    """The recipe's store, read-only, if one exists (StoreError if something else is there).
+
+    Never creates, upgrades or writes one: `plan` and `status` leave the database file as
+    it was (a read-only copy of a study can be planned).
+    """
     store_dir = loaded.store_dir()
     if not CheckpointStore.exists(store_dir):
         return None
-    return CheckpointStore.open(store_dir, create=False)
+    store = CheckpointStore.open(store_dir, create=False, read_only=True)
+    store.set_roots(loaded.run_root(), loaded.root)
+    return store
 
 
 def counts_table(plan: Plan, title: str | None = None) -> Table:

@@ -31,7 +31,7 @@ from habitrun.spec.subjects import SubjectRow, load_subjects
 from habitrun.store.checkpoint import CheckpointStore, Record
 from habitrun.store.lock import StoreLock
 from habitrun.store.provenance import collect_provenance
-from habitrun.store.runs import RunFolder, work_dir
+from habitrun.store.runs import RunFolder, key_folder, work_dir
 
 Observer = Callable[[dict[str, Any]], None]
 GROUP_FILE_NAME = "_stage"  # log/work folder name of a collect or train stage's single task
@@ -100,6 +100,7 @@ def run_study(
     store_dir.parent.mkdir(parents=True, exist_ok=True)
     with StoreLock(lock_path_for(store_dir)):
         store = CheckpointStore.open(store_dir)
+        store.set_roots(loaded.run_root(), loaded.root)
         try:
             runner = _StudyRunner(loaded, subjects, store, stop, list(argv), observer, resumed_from,
                                   source_path or loaded.path)
@@ -386,9 +387,10 @@ class _StudyRunner:
                 row = rows[sid]
                 safe = row.safe
                 # positional, in SubjectTask's field order: key, subject, fields, inputs, workdir, log
-                append(SubjectTask(stage_keys[sid], sid, row.fields,
+                key = stage_keys[sid]
+                append(SubjectTask(key, sid, row.fields,
                                    {need: upstream[need][sid] for need in needs} if needs else {},
-                                   work_root + safe, f"{log_root}{safe}.log"))
+                                   f"{work_root}{safe}/{key_folder(key)}", f"{log_root}{safe}.log"))
         return tasks
 
     def need_results(self, need: str, members: Sequence[str]) -> Any:
@@ -418,7 +420,7 @@ class _StudyRunner:
             subject_id=GROUP_SUBJECT,
             fields={"subjects": {sid: self.rows[sid].fields for sid in plan.members if sid in self.rows}},
             inputs=self.group_inputs(stage, plan),
-            workdir=str(work_dir(self.run_root, stage.name, GROUP_FILE_NAME)),
+            workdir=str(work_dir(self.run_root, stage.name, GROUP_FILE_NAME, plan.keys[GROUP_SUBJECT])),
             log_path=str(self.run.subject_log(stage.name, GROUP_FILE_NAME)),
         )
 
@@ -438,7 +440,7 @@ class _StudyRunner:
         inputs = {need: self.need_results(need, plan.members) for need in stage.needs}
         task = SubjectTask(
             key=plan.keys[GROUP_SUBJECT], subject_id=GROUP_SUBJECT, fields={}, inputs=inputs,
-            workdir=str(work_dir(self.run_root, stage.name, GROUP_FILE_NAME)),
+            workdir=str(work_dir(self.run_root, stage.name, GROUP_FILE_NAME, plan.keys[GROUP_SUBJECT])),
             log_path=str(self.run.stage_dir(stage.name)),
         )
         Path(task.workdir).mkdir(parents=True, exist_ok=True)

@@ -18,8 +18,8 @@ from habitrun.errors import StoreError
 
 DB_NAME = "cache.db"  # diskcache's database file name
 STORE_FORMAT = "habitrun-checkpoint-store"
-STORE_VERSION = 2
-UPGRADABLE_VERSIONS = (1,)  # older formats that opening a store upgrades in place
+STORE_VERSION = 3
+UPGRADABLE_VERSIONS = (1, 2)  # older formats: upgraded in place by `run`, read as they are by read-only commands
 META_TABLE = "habitrun_meta"
 LOCK_NAME = "habitrun.lock"
 _SQLITE_HEADER = b"SQLite format 3\x00"
