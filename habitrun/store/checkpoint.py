@@ -679,6 +679,13 @@ class CheckpointStore:
         """Every stored key of ``stage`` (current or from older versions of the stage)."""
         return [r[0] for r in self._query(f"SELECT key FROM {_RECORDS} WHERE stage = ?", (stage,))]
 
+    def entries(self) -> list[tuple[str, str, str, int]]:
+        """Every record as (key, stage, subject, bytes its result takes): what `gc` weighs."""
+        return self._query(
+            f"SELECT r.key, r.stage, r.subject_id, coalesce(length(r.value), 0) + coalesce(c.size, 0)"
+            f" + coalesce(length(c.value), 0) FROM {_RECORDS} r LEFT JOIN Cache c ON c.key = r.key AND c.raw = 1"
+        )
+
     def count(self, stage: str | None = None) -> int:
         """How many records are stored (in one stage, or in all)."""
         if stage is None:
