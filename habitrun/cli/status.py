@@ -60,6 +60,16 @@ def run_state(run: RunFolder, loaded: LoadedRecipe) -> tuple[str, dict[str, Any]
     return "did not finish (stopped or killed); `habitrun resume` continues it", info
 
 
+def unreadable(plan: Plan) -> list[dict[str, str]]:
+    """Subjects whose stored result failed its check (they are stale: the next run recomputes them)."""
+    out = []
+    for stage in plan:
+        for sid, why in stage.reasons.items():
+            if stage.status.get(sid) is SubjectStatus.STALE and why and why[0].startswith("stored result unreadable"):
+                out.append({"stage": stage.name, "subject": sid, "reason": why[0]})
+    return out
+
+
 def failures(plan: Plan, store: CheckpointStore | None) -> list[dict[str, Any]]:
     """Every subject whose current key holds a recorded failure, with reason and log path."""
     out: list[dict[str, Any]] = []
@@ -113,6 +123,7 @@ def status(
     try:
         plan = plan_study(loaded, subjects, store)
         failed = failures(plan, store)
+        damaged = unreadable(plan)
     finally:
         if store is not None:
             store.close()
@@ -123,6 +134,7 @@ def status(
                     "started_at": info.get("started_at"), "ended_at": info.get("ended_at")},
             "stages": {s.name: s.counts() for s in plan},
             "failures": failed,
+            "unreadable": damaged,
         }, indent=1, ensure_ascii=False))
         return
     console.print(f"[bold]run {esc(run.run_id)}[/]: {esc(outcome)}")
@@ -131,6 +143,10 @@ def status(
     if info.get("ended_at"):
         console.print(f"  ended    {esc(str(info['ended_at']))}")
     console.print(counts_table(plan, f"stages of {esc(loaded.recipe.name)} now"))
+    if damaged:
+        console.print(f"[yellow]{len(damaged)} stored result(s) unreadable[/] (stale: `habitrun run` recomputes them):")
+        for d in damaged[:MAX_FAILURES_SHOWN] if not show_all else damaged:
+            console.print(f"  {esc(d['stage'])} {esc(d['subject'])}: {esc(d['reason'])}", highlight=False)
     if not failed:
         console.print("no failed subjects")
         return
