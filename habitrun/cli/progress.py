@@ -107,7 +107,9 @@ class RunDisplay:
     def on_event(self, event: dict[str, Any]) -> None:
         kind = event.get("event")
         handler = getattr(self, f"_on_{kind}", None)
-        if handler is not None and not self.quiet:
+        if kind == "warning":  # even when quiet: a damaged or emptied store, a recipe mismatch
+            self._on_warning(event)
+        elif handler is not None and not self.quiet:
             handler(event)
         elif kind in ("subject_done", "subject_failed", "subject_skipped") and self.quiet:
             return

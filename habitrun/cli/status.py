@@ -15,10 +15,10 @@ from typing import Any
 
 import typer
 
-from habitrun.cli.app import app
-from habitrun.cli.plan import counts_table, make_console, open_existing_store
+from habitrun.cli.app import app, err_console
+from habitrun.cli.plan import counts_table, make_console, open_existing_store, store_notes
 from habitrun.cli.text import esc
-from habitrun.errors import StoreError
+from habitrun.errors import EXIT_USAGE, StoreError
 from habitrun.planner.plan import Plan, SubjectStatus, plan_study
 from habitrun.spec.loader import LoadedRecipe, load_recipe
 from habitrun.spec.subjects import load_subjects
@@ -107,6 +107,7 @@ def status(
     target: Path = typer.Argument(Path("recipe.yaml"), help="A recipe file or a run folder (default: ./recipe.yaml)."),
     as_json: bool = typer.Option(False, "--json", help="Print the status as JSON."),
     show_all: bool = typer.Option(False, "--all", help=f"List every failure (default: the first {MAX_FAILURES_SHOWN})."),
+    verify: bool = typer.Option(False, "--verify", help="Check every stored result against its checksum."),
 ) -> None:
     """Show the last run: outcome, per stage counts, each failed subject with its log file."""
     loaded, run = locate(target)
@@ -119,11 +120,12 @@ def status(
         return
     outcome, info = run_state(run, loaded)
     subjects = load_subjects(loaded)
-    store = open_existing_store(loaded)
+    store = open_existing_store(loaded, verify=verify)
     try:
         plan = plan_study(loaded, subjects, store)
         failed = failures(plan, store)
         damaged = unreadable(plan)
+        notes = store_notes(loaded, store)
     finally:
         if store is not None:
             store.close()
@@ -135,7 +137,10 @@ def status(
             "stages": {s.name: s.counts() for s in plan},
             "failures": failed,
             "unreadable": damaged,
+            "store_damage": notes,
         }, indent=1, ensure_ascii=False))
+        if notes:
+            raise typer.Exit(EXIT_USAGE)
         return
     console.print(f"[bold]run {esc(run.run_id)}[/]: {esc(outcome)}")
     console.print(f"  folder   {esc(str(run.path))}")
@@ -143,13 +148,21 @@ def status(
     if info.get("ended_at"):
         console.print(f"  ended    {esc(str(info['ended_at']))}")
     console.print(counts_table(plan, f"stages of {esc(loaded.recipe.name)} now"))
+    for note in notes:
+        err_console.print(f"[bold red]store damaged:[/] {esc(note)}", highlight=False)
     if damaged:
         console.print(f"[yellow]{len(damaged)} stored result(s) unreadable[/] (stale: `habitrun run` recomputes them):")
         for d in damaged[:MAX_FAILURES_SHOWN] if not show_all else damaged:
             console.print(f"  {esc(d['stage'])} {esc(d['subject'])}: {esc(d['reason'])}", highlight=False)
     if not failed:
         console.print("no failed subjects")
-        return
+    else:
+        print_failures(console, failed, show_all)
+    if notes:
+        raise typer.Exit(EXIT_USAGE)
+
+
+def print_failures(console: Any, failed: list[dict[str, Any]], show_all: bool) -> None:
     console.print(f"[red]{len(failed)} failed subject(s)[/]:")
     shown = failed if show_all else failed[:MAX_FAILURES_SHOWN]
     for f in shown:

@@ -22,13 +22,14 @@ from habitrun.engine.backends import BackendPool
 from habitrun.engine.control import StopFlag
 from habitrun.engine.recorder import Recorder
 from habitrun.engine.signals import exit_code_for, stop_on_signals
-from habitrun.errors import EXIT_FAILED_SUBJECTS, EXIT_OK
+from habitrun.errors import EXIT_FAILED_SUBJECTS, EXIT_OK, StoreError
 from habitrun.planner.plan import GROUP_SUBJECT, StagePlan, SubjectStatus, fingerprints, plan_stage
 from habitrun.spec.gcpause import gc_paused
 from habitrun.spec.loader import LoadedRecipe
 from habitrun.spec.recipe import StageSpec
 from habitrun.spec.subjects import SubjectRow, load_subjects
-from habitrun.store.checkpoint import CheckpointStore, Record
+from habitrun.store.checkpoint import CheckpointStore, Record, UnreadableResults
+from habitrun.store.guard import empty_store_file
 from habitrun.store.lock import StoreLock
 from habitrun.store.provenance import collect_provenance
 from habitrun.store.runs import RunFolder, key_folder, work_dir
@@ -99,11 +100,16 @@ def run_study(
     store_dir = loaded.store_dir()
     store_dir.parent.mkdir(parents=True, exist_ok=True)
     with StoreLock(lock_path_for(store_dir)):
+        empty = empty_store_file(store_dir)
         store = CheckpointStore.open(store_dir)
         store.set_roots(loaded.run_root(), loaded.root)
         try:
             runner = _StudyRunner(loaded, subjects, store, stop, list(argv), observer, resumed_from,
                                   source_path or loaded.path)
+            if empty:
+                runner.warnings.append(empty)
+            if store.damage is not None:
+                runner.warnings.append(store.damage.summary(store_dir))
             if install_signal_handlers:
                 with stop_on_signals(stop):
                     return runner.run()
@@ -144,6 +150,7 @@ class _StudyRunner:
         self.chain: set[str] = set()
         self.finished: dict[str, set[str]] = {}  # stage -> subjects with an outcome in this run
         self.emit_lock = threading.Lock()  # events come from the runner and the recorder thread
+        self.recomputing: set[str] = set()  # stages recomputing unreadable stored results
 
     # ------------------------------------------------------------------ events
     def emit(self, event: dict[str, Any]) -> None:
@@ -283,7 +290,7 @@ class _StudyRunner:
         self.emit({"event": "stage_finished", "stage": stage.name, **counts.as_dict()})
         if stage.kind != "map" and plan.status.get(GROUP_SUBJECT) == SubjectStatus.DONE:
             key = plan.keys[GROUP_SUBJECT]
-            self.group_results[stage.name] = self.store.results([key]).get(key)
+            self.group_results[stage.name] = self.read_results(stage.name, [key]).get(key)
 
     def really_to_run(self, plan: StagePlan) -> list[str]:
         """The plan's work, minus what an interrupted run in this resume chain already finished."""
@@ -381,7 +388,7 @@ class _StudyRunner:
             upstream: dict[str, dict[str, Any]] = {}
             for need in needs:
                 keys = {sid: self.plans[need].keys[sid] for sid in chunk}
-                results = self.store.results(keys.values())
+                results = self.read_results(need, list(keys.values()))
                 upstream[need] = {sid: results.get(key) for sid, key in keys.items()}
             for sid in chunk:
                 row = rows[sid]
@@ -398,10 +405,52 @@ class _StudyRunner:
         need_plan = self.plans[need]
         if need_plan.kind == "map":
             keys = {sid: need_plan.keys[sid] for sid in members}
-            results = self.store.results(keys.values())
+            results = self.read_results(need, list(keys.values()))
             return {sid: results.get(key) for sid, key in keys.items()}
         key = need_plan.keys[GROUP_SUBJECT]
-        return self.store.results([key]).get(key)
+        return self.read_results(need, [key]).get(key)
+
+    def read_results(self, need: str, keys: list[str]) -> dict[str, Any]:
+        """Stored results of a stage that ran (or was cached) in this run, checksums verified.
+
+        A result that fails its check is never passed on: its subjects are recomputed in
+        their own stage first (once), then read again.
+        """
+        try:
+            return self.store.results(keys)
+        except UnreadableResults as exc:
+            self.recompute(need, exc)
+            return self.store.results(keys)
+
+    def recompute(self, name: str, exc: UnreadableResults) -> None:
+        plan = self.plans.get(name)
+        sids = [sid for stage, sid, _key, _why in exc.bad if stage == name and plan is not None and sid in plan.status]
+        if plan is None or not sids or name in self.recomputing:
+            raise exc
+        self.recomputing.add(name)
+        try:
+            why = exc.bad[0][3]
+            message = (f"stage {name!r}: the stored result of {len(sids)} subject(s) is unreadable ({why}): "
+                       f"{', '.join(sids[:5])}{' ...' if len(sids) > 5 else ''}; recomputing")
+            self.warnings.append(message)
+            self.emit({"event": "warning", "message": message})
+            for sid in sids:
+                plan.status[sid] = SubjectStatus.STALE
+                plan.reasons[sid] = [f"stored result unreadable: {why}"]
+            stage = self.recipe.stage(name)
+            counts = self.counts.setdefault(name, StageCounts(total=len(plan.keys)))
+            counts.cached = max(0, counts.cached - len(sids))
+            policy = self.recipe.stage_policy(name)
+            if stage.kind == "train":
+                self.run_train(stage, plan, policy, counts)
+            else:
+                self.run_with_backend(stage, plan, policy, sids, counts)
+            still = [sid for sid in sids if plan.status.get(sid) is not SubjectStatus.DONE]
+            if still:
+                raise StoreError(f"stage {name!r}: the unreadable stored result of {', '.join(still[:5])} "
+                                 "could not be recomputed (see the failures above); the run stops here")
+        finally:
+            self.recomputing.discard(name)
 
     def group_inputs(self, stage: StageSpec, plan: StagePlan) -> dict[str, Any]:
         """For a collect stage: subject -> result (one need) or subject -> {need: result}."""

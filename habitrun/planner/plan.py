@@ -327,11 +327,15 @@ def _judge(
             missing.append(sid)
     if missing and store is not None:
         latest = store.latest(plan.name)
+        lost = store.lost(plan.name)
         for sid in missing:
             seen = latest.get(sid)
             if seen is not None and seen[0] != plan.keys[sid]:
                 status[sid] = SubjectStatus.STALE
                 reasons[sid] = explain(seen[1], plan.components[sid])
+            elif sid in lost:
+                status[sid] = SubjectStatus.STALE
+                reasons[sid] = ["stored record unreadable (the store file is damaged)"]
 
 
 def _mark_unreadable(plan: StagePlan, candidates: list[str], probe: Mapping[str, str],

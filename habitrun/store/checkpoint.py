@@ -50,6 +50,7 @@ from urllib.parse import quote
 import diskcache
 
 from habitrun.errors import StoreError
+from habitrun.store.damage import Damage, in_memory, quick_check, repair_file
 from habitrun.store.guard import (
     DB_NAME,
     META_TABLE,
@@ -254,11 +255,22 @@ def _mark_new_store(directory: Path) -> None:
         con.close()
 
 
-def _open_read_only(directory: Path) -> sqlite3.Connection:
-    """A ``mode=ro`` connection, with temporary views over an older format (nothing written)."""
+def _open_read_only(directory: Path) -> tuple[sqlite3.Connection, Damage | None]:
+    """A ``mode=ro`` connection, with temporary views over an older format (nothing written).
+
+    A damaged file is read record by record into memory (see :mod:`habitrun.store.damage`).
+    """
     uri = f"file:{quote(str(directory / DB_NAME))}?mode=ro"
+    damage = None
     try:
         con = sqlite3.connect(uri, uri=True, timeout=60, isolation_level=None, check_same_thread=False)
+        problem = quick_check(con)
+        if problem is not None:
+            try:
+                salvaged, damage = in_memory(con, problem, _RECORDS)
+            finally:
+                con.close()
+            con = salvaged
         version = _version(con)
         for statement in _RO_SHIM.get(version, ()):
             con.execute(statement)
@@ -267,7 +279,27 @@ def _open_read_only(directory: Path) -> sqlite3.Connection:
                         " changed_at REAL)")
     except sqlite3.Error as exc:
         raise StoreError(f"cannot read the checkpoint store at {directory}: {exc}") from None
-    return con
+    return con, damage
+
+
+def _check_and_repair(directory: Path) -> Damage | None:
+    """Before anything writes: a damaged file is salvaged into a new one (the old kept aside)."""
+    uri = f"file:{quote(str(directory / DB_NAME))}?mode=ro"
+    try:
+        con = sqlite3.connect(uri, uri=True, timeout=60)
+        try:
+            problem = quick_check(con)
+        finally:
+            con.close()
+        if problem is None:
+            return None
+        return repair_file(directory, DB_NAME, problem, _RECORDS)
+    except (sqlite3.Error, OSError) as exc:
+        raise StoreError(
+            f"the checkpoint store at {directory} is damaged and cannot be salvaged ({exc}); "
+            "nothing was deleted. Move the folder away (or point policy.checkpoint_dir at a new one) "
+            "to start afresh."
+        ) from None
 
 
 class CheckpointStore:
@@ -280,6 +312,8 @@ class CheckpointStore:
         self._dir = str(directory)
         self.read_only = cache is None
         self._relativize: Relativizer | None = None
+        self.damage: Damage | None = None  # set when the file was found damaged (see habitrun.store.damage)
+        self.verify_rows = False  # planning checks in-row results too (see unreadable())
         # Whether diskcache's own table may hold results (large ones, or a format-1 store's):
         # while it holds none, storing small results never needs to look there. Only the
         # lock holder writes, through one instance, so the writer's flag stays true.
@@ -315,8 +349,14 @@ class CheckpointStore:
         if state is not StoreDirState.HABITRUN and (not create or read_only):
             raise StoreNotFound(f"no checkpoint store at {directory} yet (nothing has run)")
         if read_only:
-            return cls(directory, _open_read_only(directory))
-        if state is not StoreDirState.HABITRUN:
+            con, damage = _open_read_only(directory)
+            store = cls(directory, con)
+            store.damage = damage
+            return store
+        damage = None
+        if state is StoreDirState.HABITRUN:
+            damage = _check_and_repair(directory)
+        else:
             _mark_new_store(directory)
         try:
             cache = diskcache.Cache(
@@ -341,6 +381,7 @@ class CheckpointStore:
         except BaseException:
             cache.close()
             raise
+        store.damage = damage
         return store
 
     def close(self) -> None:
@@ -594,11 +635,13 @@ class CheckpointStore:
     def unreadable(self, stage: str, prefix: str = "") -> dict[str, str]:
         """Stored successes of ``stage`` whose result fails its check: key (without ``prefix``) -> why.
 
-        What planning asks so that a damaged result is stale, not passed on: every result in
-        a record's row is checked against its checksum (one scan of the stage's rows, about a
-        microsecond each); a large result's file only by its stat (missing, resized, or
-        modified after it was stored), and then read in full. Reading it (:meth:`results`)
-        always checks it in full.
+        What planning asks so that a damaged result is stale, not passed on. A large
+        result's file is looked at by its stat (missing, resized, or modified after it was
+        stored), and then read in full. Results in a record's row are checked against their
+        checksum only when ``verify_rows`` is set (`plan --verify`, `status --verify`): that
+        reads every row of the stage, a few microseconds a subject, where planning otherwise
+        reads an index. Reading a result (:meth:`results`) always checks it in full, and the
+        engine recomputes one that fails before anything downstream receives it.
         """
         cut = len(prefix)
         bad: dict[str, str] = {}
@@ -610,7 +653,7 @@ class CheckpointStore:
         for key, mode, value, digest in self._query(
             f"SELECT key, mode, value, digest FROM {_RECORDS} WHERE {where} AND digest IS NOT NULL"
             " AND mode IS NOT NULL", params,
-        ):
+        ) if self.verify_rows else ():
             try:
                 if digest_of(mode, value) != digest:
                     bad[key[cut:]] = "checksum mismatch"
@@ -635,6 +678,12 @@ class CheckpointStore:
                 if why:
                     bad[key[cut:]] = why
         return bad
+
+    def lost(self, stage: str) -> set[str]:
+        """Subjects of ``stage`` whose record was unreadable in a damaged store file."""
+        if self.damage is None:
+            return set()
+        return {sid for st, sid in self.damage.lost if st == stage}
 
     def changed(self, stage: str) -> dict[str, tuple[str, float]]:
         """Keys of ``stage`` whose result was replaced by a different one: key -> (subject, when)."""

@@ -104,3 +104,19 @@ def _check_database(directory: Path, db: Path) -> StoreDirState:
             + "or point policy.checkpoint_dir at a new folder."
         )
     return StoreDirState.HABITRUN
+
+
+def empty_store_file(directory: Path) -> str | None:
+    """A message when the store's database file exists but is empty (0 bytes), else None.
+
+    Such a file is treated as no store (a crash while creating one leaves it), but it may
+    also be a store that was truncated: whatever it held is gone, and the user is told so.
+    """
+    db = Path(directory) / DB_NAME
+    try:
+        if not db.is_file() or db.stat().st_size != 0:
+            return None
+    except OSError:
+        return None
+    return (f"the checkpoint store file {db} is empty (0 bytes): nothing stored in it can be used "
+            "(a crash while creating it, or a truncated file); every subject is treated as never run")
