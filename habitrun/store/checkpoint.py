@@ -107,6 +107,9 @@ _UPGRADE_FROM_2 = (
 # damaged result recomputed, resume off): downstream results computed from the old one
 # are stale from that moment. A failure never replaces a success (see _UPSERT).
 _TRIGGERS = (
+    # Only the rare records naming paths outside the study are indexed: `plan` finds them
+    # without reading the table, and storing any other record costs nothing more.
+    f"CREATE INDEX IF NOT EXISTS {_RECORDS}_outside ON {_RECORDS} (stage) WHERE outside IS NOT NULL",
     f"CREATE TRIGGER IF NOT EXISTS {_RECORDS}_changed AFTER UPDATE OF digest ON {_RECORDS}"
     " WHEN old.ok = 1 AND new.ok = 1 AND old.digest IS NOT new.digest"
     # (a trigger's OR REPLACE would be overridden by the upsert's conflict handling: delete, then insert)
@@ -314,6 +317,7 @@ class CheckpointStore:
         self._relativize: Relativizer | None = None
         self.damage: Damage | None = None  # set when the file was found damaged (see habitrun.store.damage)
         self.verify_rows = False  # planning checks in-row results too (see unreadable())
+        self.format_version = _version(con)  # as stored (a read-only store is not upgraded)
         # Whether diskcache's own table may hold results (large ones, or a format-1 store's):
         # while it holds none, storing small results never needs to look there. Only the
         # lock holder writes, through one instance, so the writer's flag stays true.
@@ -382,6 +386,7 @@ class CheckpointStore:
             cache.close()
             raise
         store.damage = damage
+        store.format_version = STORE_VERSION
         return store
 
     def close(self) -> None:
@@ -701,8 +706,11 @@ class CheckpointStore:
 
     def outside_paths(self, stage: str) -> tuple[int, str | None]:
         """How many stored results of ``stage`` name absolute paths outside the study, and one."""
+        if self.format_version < 3:
+            return 0, None  # not recorded before format 3
         ((count, example),) = self._query(
-            f"SELECT count(*), min(outside) FROM {_RECORDS} WHERE stage = ? AND outside IS NOT NULL", (stage,)
+            f"SELECT count(*), min(outside) FROM {_RECORDS} INDEXED BY {_RECORDS}_outside"
+            " WHERE stage = ? AND outside IS NOT NULL", (stage,)
         )
         return count, example
 

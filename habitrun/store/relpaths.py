@@ -1,7 +1,7 @@
 """Paths in results are stored relative to the study, so a moved study keeps its results.
 
 Before a result is stored, every string or ``Path`` in it (through lists,
-tuples, dicts and sets) that names something under the run folder or the
+tuples and dicts) that names something under the run folder or the
 study folder is replaced by a :class:`StudyPath` (which root, and the rest
 of the path). Unpickling one calls :func:`_resolve`, which joins it to the
 roots of whoever reads the store now: after ``mv study-a study-b`` a result
@@ -62,7 +62,7 @@ class Relativizer:
         return self._walk(value, 0)
 
     def _text(self, text: str, as_path: bool) -> Any:
-        if not text.startswith("/") or len(text) > _MAX_PATH or "\n" in text:
+        if not text.startswith("/") or len(text) > _MAX_PATH or "\n" in text or text.count("/") < 2:
             return text if not as_path else None
         for tag, prefix in self._prefixes:
             if text.startswith(prefix) or text + "/" == prefix:

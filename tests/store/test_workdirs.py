@@ -134,3 +134,18 @@ def test_a_moved_study_is_all_done_and_a_downstream_rerun_reads_the_moved_files(
     post = stage_results(moved, "post", "stages.post.params.factor=2")
     assert not (tmp_path / "study-a").exists()
     assert post == {sid: "2:" + Path(feat[sid]["file"]).read_text() + ":one" for sid in feat}, done.stdout
+
+
+def test_paths_outside_the_study_are_kept_and_counted(tmp_path: Path) -> None:
+    study, elsewhere = tmp_path / "study", tmp_path / "shared"
+    with CheckpointStore.open(study / ".habitrun" / "store") as store:
+        store.set_roots(study / ".habitrun", study)
+        inside = study / "data" / "s1.nii"
+        store.put([Record("feat", "k1", "S1", True, {"in": inside, "out": str(elsewhere / "atlas.nii"), "n": [1, "/mm"]}),
+                   Record("feat", "k2", "S2", True, [str(study / ".habitrun" / "work" / "x.csv")])])
+        assert store.outside_paths("feat") == (1, str(elsewhere / "atlas.nii"))
+        moved = tmp_path / "moved"
+        store.set_roots(moved / ".habitrun", moved)  # what a reader after `mv study moved` sees
+        got = store.results(["k1", "k2"])
+        assert got["k1"] == {"in": moved / "data" / "s1.nii", "out": str(elsewhere / "atlas.nii"), "n": [1, "/mm"]}
+        assert got["k2"] == [str(moved / ".habitrun" / "work" / "x.csv")]
