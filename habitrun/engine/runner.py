@@ -103,6 +103,7 @@ def run_study(
         empty = empty_store_file(store_dir)
         store = CheckpointStore.open(store_dir)
         store.set_roots(loaded.run_root(), loaded.root)
+        store.verify_rows = True  # a run plans each stage with every stored result checked
         try:
             runner = _StudyRunner(loaded, subjects, store, stop, list(argv), observer, resumed_from,
                                   source_path or loaded.path)
