@@ -45,16 +45,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import diskcache
 
 from habitrun.errors import StoreError
-from habitrun.store.damage import Damage, in_memory, quick_check, repair_file
+from habitrun.store.damage import Damage
 from habitrun.store.guard import (
-    DB_NAME,
     META_TABLE,
-    STORE_FORMAT,
     STORE_VERSION,
     StoreDirState,
     inspect_store_dir,
@@ -70,66 +67,20 @@ from habitrun.store.integrity import (
 )
 from habitrun.store.jsontext import compact
 from habitrun.store.relpaths import Relativizer, set_reader_roots
-
-_RECORDS = "habitrun_record"
-_CHANGED = "habitrun_changed"
-
-_SCHEMA = (
-    f"CREATE TABLE IF NOT EXISTS {META_TABLE} (name TEXT PRIMARY KEY, value TEXT)",
-    f"CREATE TABLE IF NOT EXISTS {_RECORDS} ("
-    " key TEXT PRIMARY KEY, stage TEXT NOT NULL, subject_id TEXT NOT NULL, ok INTEGER NOT NULL,"
-    " attempts INTEGER NOT NULL, error TEXT, kind TEXT, log_path TEXT, run_id TEXT,"
-    " components TEXT, duration REAL, written_at REAL NOT NULL, mode INTEGER, value BLOB,"
-    " digest BLOB, outside TEXT)",
-    f"CREATE TABLE IF NOT EXISTS {_CHANGED} (key TEXT PRIMARY KEY, stage TEXT NOT NULL,"
-    " subject_id TEXT NOT NULL, changed_at REAL NOT NULL)",
-    # One index serves every question by stage: a subject's latest record, and (covering ok
-    # and key) which keys of a stage are done or failed. Its entries go in subject order,
-    # mostly next to each other; a second index ordered by the (random) key would cost a
-    # page written per record per commit.
-    f"CREATE INDEX IF NOT EXISTS {_RECORDS}_stage ON {_RECORDS} (stage, subject_id, written_at, ok, key)",
-    f"INSERT OR IGNORE INTO {META_TABLE} VALUES ('format', '{STORE_FORMAT}')",
-    f"INSERT OR IGNORE INTO {META_TABLE} VALUES ('version', '{STORE_VERSION}')",
+from habitrun.store.schema import (
+    CHANGED as _CHANGED,
 )
-# Format 1 -> 2: a success's result may sit in its record (mode and value as diskcache's Disk writes them).
-_UPGRADE_FROM_1 = (
-    f"ALTER TABLE {_RECORDS} ADD COLUMN mode INTEGER",
-    f"ALTER TABLE {_RECORDS} ADD COLUMN value BLOB",
-    f"DROP INDEX IF EXISTS {_RECORDS}_subject",  # both replaced by {_RECORDS}_stage
-    f"DROP INDEX IF EXISTS {_RECORDS}_outcome",
+from habitrun.store.schema import (
+    RECORDS as _RECORDS,
 )
-# Format 2 -> 3: a checksum per result, the first path outside the study it names.
-_UPGRADE_FROM_2 = (
-    f"ALTER TABLE {_RECORDS} ADD COLUMN digest BLOB",
-    f"ALTER TABLE {_RECORDS} ADD COLUMN outside TEXT",
+from habitrun.store.schema import (
+    SCHEMA,
+    check_and_repair,
+    mark_new_store,
+    open_read_only,
+    read_version,
+    upgrade,
 )
-# A success replaced, under the same key, by a different result (force_rerun_subjects, a
-# damaged result recomputed, resume off): downstream results computed from the old one
-# are stale from that moment. A failure never replaces a success (see _UPSERT).
-_TRIGGERS = (
-    # Only the rare records naming paths outside the study are indexed: `plan` finds them
-    # without reading the table, and storing any other record costs nothing more.
-    f"CREATE INDEX IF NOT EXISTS {_RECORDS}_outside ON {_RECORDS} (stage) WHERE outside IS NOT NULL",
-    f"CREATE TRIGGER IF NOT EXISTS {_RECORDS}_changed AFTER UPDATE OF digest ON {_RECORDS}"
-    " WHEN old.ok = 1 AND new.ok = 1 AND old.digest IS NOT new.digest"
-    # (a trigger's OR REPLACE would be overridden by the upsert's conflict handling: delete, then insert)
-    f" BEGIN DELETE FROM {_CHANGED} WHERE key = new.key;"
-    f" INSERT INTO {_CHANGED} VALUES (new.key, new.stage, new.subject_id, new.written_at); END",
-)
-# Read-only opening of an older format: temporary objects (shadowing the main ones by name,
-# as SQLite resolves temp first) give the columns and table it lacks, without a byte written.
-_RO_SHIM = {
-    1: (
-        f"CREATE TEMP VIEW {_RECORDS} AS SELECT key, stage, subject_id, ok, attempts, error, kind,"
-        " log_path, run_id, components, duration, written_at, NULL AS mode, NULL AS value,"
-        f" NULL AS digest, NULL AS outside FROM main.{_RECORDS}",
-    ),
-    2: (
-        f"CREATE TEMP VIEW {_RECORDS} AS SELECT key, stage, subject_id, ok, attempts, error, kind,"
-        " log_path, run_id, components, duration, written_at, mode, value,"
-        f" NULL AS digest, NULL AS outside FROM main.{_RECORDS}",
-    ),
-}
 
 # A success replaces anything; a failure never replaces a stored success for the same key
 # (the key says the inputs are identical, so the stored result is still valid).
@@ -216,95 +167,6 @@ def _state(row: tuple) -> StoredState:
     return StoredState(key, stage, sid, bool(ok), attempts, error, kind, log_path, run_id)
 
 
-def _version(con: Any) -> int:
-    (version,) = con.execute(f"SELECT value FROM {META_TABLE} WHERE name = 'version'").fetchone()
-    return int(version)
-
-
-def _upgrade(con: Any) -> None:
-    """Bring an older store to this format, inside the opening transaction (all or nothing)."""
-    version = _version(con)
-    if version == 1:
-        for statement in _UPGRADE_FROM_1:
-            con.execute(statement)
-    if version in (1, 2):
-        for statement in _UPGRADE_FROM_2:
-            con.execute(statement)
-    for statement in _TRIGGERS:
-        con.execute(statement)
-    if version != STORE_VERSION:
-        con.execute(f"UPDATE {META_TABLE} SET value = ? WHERE name = 'version'", (str(STORE_VERSION),))
-
-
-def _mark_new_store(directory: Path) -> None:
-    """Write our tables before diskcache writes its own, in one transaction.
-
-    A process killed while creating a store then leaves either an empty file or a database
-    marked as ours, never an unmarked diskcache that the next open would refuse as foreign.
-    """
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        con = sqlite3.connect(directory / DB_NAME, timeout=60, isolation_level=None)
-    except (OSError, sqlite3.Error) as exc:
-        raise StoreError(f"cannot create the checkpoint store at {directory}: {exc}") from None
-    try:
-        con.execute("BEGIN IMMEDIATE")
-        for statement in (*_SCHEMA, *_TRIGGERS):
-            con.execute(statement)
-        con.execute("COMMIT")
-    except sqlite3.Error as exc:
-        raise StoreError(f"cannot create the checkpoint store at {directory}: {exc}") from None
-    finally:
-        con.close()
-
-
-def _open_read_only(directory: Path) -> tuple[sqlite3.Connection, Damage | None]:
-    """A ``mode=ro`` connection, with temporary views over an older format (nothing written).
-
-    A damaged file is read record by record into memory (see :mod:`habitrun.store.damage`).
-    """
-    uri = f"file:{quote(str(directory / DB_NAME))}?mode=ro"
-    damage = None
-    try:
-        con = sqlite3.connect(uri, uri=True, timeout=60, isolation_level=None, check_same_thread=False)
-        problem = quick_check(con)
-        if problem is not None:
-            try:
-                salvaged, damage = in_memory(con, problem, _RECORDS)
-            finally:
-                con.close()
-            con = salvaged
-        version = _version(con)
-        for statement in _RO_SHIM.get(version, ()):
-            con.execute(statement)
-        if version < 3:
-            con.execute(f"CREATE TEMP TABLE {_CHANGED} (key TEXT PRIMARY KEY, stage TEXT, subject_id TEXT,"
-                        " changed_at REAL)")
-    except sqlite3.Error as exc:
-        raise StoreError(f"cannot read the checkpoint store at {directory}: {exc}") from None
-    return con, damage
-
-
-def _check_and_repair(directory: Path) -> Damage | None:
-    """Before anything writes: a damaged file is salvaged into a new one (the old kept aside)."""
-    uri = f"file:{quote(str(directory / DB_NAME))}?mode=ro"
-    try:
-        con = sqlite3.connect(uri, uri=True, timeout=60)
-        try:
-            problem = quick_check(con)
-        finally:
-            con.close()
-        if problem is None:
-            return None
-        return repair_file(directory, DB_NAME, problem, _RECORDS)
-    except (sqlite3.Error, OSError) as exc:
-        raise StoreError(
-            f"the checkpoint store at {directory} is damaged and cannot be salvaged ({exc}); "
-            "nothing was deleted. Move the folder away (or point policy.checkpoint_dir at a new one) "
-            "to start afresh."
-        ) from None
-
-
 class CheckpointStore:
     """A habitrun checkpoint store in one folder (see the module docstring)."""
 
@@ -317,7 +179,7 @@ class CheckpointStore:
         self._relativize: Relativizer | None = None
         self.damage: Damage | None = None  # set when the file was found damaged (see habitrun.store.damage)
         self.verify_rows = False  # planning checks in-row results too (see unreadable())
-        self.format_version = _version(con)  # as stored (a read-only store is not upgraded)
+        self.format_version = read_version(con)  # as stored (a read-only store is not upgraded)
         # Whether diskcache's own table may hold results (large ones, or a format-1 store's):
         # while it holds none, storing small results never needs to look there. Only the
         # lock holder writes, through one instance, so the writer's flag stays true.
@@ -353,15 +215,15 @@ class CheckpointStore:
         if state is not StoreDirState.HABITRUN and (not create or read_only):
             raise StoreNotFound(f"no checkpoint store at {directory} yet (nothing has run)")
         if read_only:
-            con, damage = _open_read_only(directory)
+            con, damage = open_read_only(directory)
             store = cls(directory, con)
             store.damage = damage
             return store
         damage = None
         if state is StoreDirState.HABITRUN:
-            damage = _check_and_repair(directory)
+            damage = check_and_repair(directory)
         else:
-            _mark_new_store(directory)
+            mark_new_store(directory)
         try:
             cache = diskcache.Cache(
                 str(directory),
@@ -379,9 +241,9 @@ class CheckpointStore:
         try:
             store = cls(directory, cache._con, cache)
             with store._transaction() as con:
-                for statement in _SCHEMA:
+                for statement in SCHEMA:
                     con.execute(statement)
-                _upgrade(con)
+                upgrade(con)
         except BaseException:
             cache.close()
             raise
