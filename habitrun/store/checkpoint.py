@@ -571,8 +571,7 @@ class CheckpointStore:
         if self.format_version < 3:
             return 0, None  # not recorded before format 3
         ((count, example),) = self._query(
-            f"SELECT count(*), min(outside) FROM {_RECORDS} INDEXED BY {_RECORDS}_outside"
-            " WHERE stage = ? AND outside IS NOT NULL", (stage,)
+            f"SELECT count(*), min(outside) FROM {_RECORDS} WHERE stage = ? AND outside IS NOT NULL", (stage,)
         )
         return count, example
 

@@ -19,6 +19,7 @@ import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import quote
 
 _SCAN_SLACK = 1000  # rowids probed past the last one known, when the table's end cannot be read
 
@@ -30,23 +31,62 @@ class Damage:
     problem: str  # SQLite's first complaint
     kept: int = 0  # records copied intact
     lost: list[tuple[str, str]] = field(default_factory=list)  # (stage, subject) of records lost
-    lost_unnamed: int = 0  # lost records the index does not name either
+    lost_unnamed: int = 0  # lost records the index does not name either (-1: unknown)
     results_lost: int = 0  # large results whose row was unreadable (their records are in ``lost``)
     aside: Path | None = None  # where `run` moved the damaged file
 
     def summary(self, directory: Path) -> str:
         named = sorted({f"{stage} {sid}" for stage, sid in self.lost})
         shown = ", ".join(named[:8]) + (f" and {len(named) - 8} more" if len(named) > 8 else "")
-        lost = f"{len(self.lost) + self.lost_unnamed} record(s) unreadable"
+        lost = f"{len(self.lost) + max(0, self.lost_unnamed)} record(s) unreadable"
         if named:
             lost += f" ({shown})"
-        if self.lost_unnamed:
+        if self.lost_unnamed > 0:
             lost += f"; {self.lost_unnamed} of them not named by the index"
+        elif self.lost_unnamed < 0:
+            lost += "; records the index does not name may be lost too (their subjects then run as new)"
         text = (f"the checkpoint store at {directory} is damaged ({self.problem}): {lost}; "
                 f"{self.kept} record(s) intact and used; the subjects of the unreadable ones are stale")
         if self.aside is not None:
             text += f". The damaged file is kept as {self.aside}; the store now holds the intact records"
         return text
+
+
+def open_for_reading(db: Path) -> tuple[sqlite3.Connection, str | None]:
+    """A read-only connection to ``db``, and what is wrong with it if SQLite cannot read it as is.
+
+    A truncated file (shorter than its header says) is refused by SQLite as a whole, even
+    the pages that are there. Then the file is read into memory with its header made to
+    match its length (no free-page list, no write-ahead log) so that what it still holds can
+    be read; the file itself is not touched.
+    """
+    con = sqlite3.connect(f"file:{quote(str(db))}?mode=ro", uri=True, timeout=60, isolation_level=None,
+                          check_same_thread=False)
+    try:
+        con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        return con, None
+    except sqlite3.DatabaseError as exc:
+        con.close()
+        if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
+            raise
+    return _patched_copy(db)
+
+
+def _patched_copy(db: Path) -> tuple[sqlite3.Connection, str]:
+    data = bytearray(db.read_bytes())
+    size = int.from_bytes(data[16:18], "big") if len(data) >= 100 else 0
+    size = 65536 if size == 1 else size
+    if size < 512 or size & (size - 1):
+        raise sqlite3.DatabaseError("its header is damaged (no valid page size)")
+    pages = len(data) // size
+    counted = int.from_bytes(data[28:32], "big")
+    del data[pages * size:]
+    data[28:32] = pages.to_bytes(4, "big")
+    data[32:40] = bytes(8)  # forget the free-page list (it may point past the end)
+    data[18] = data[19] = 1  # a plain file: the copy has no write-ahead log
+    con = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+    con.deserialize(bytes(data))
+    return con, f"the file is truncated: it holds {pages} of the {counted} pages its header counts"
 
 
 def quick_check(con: sqlite3.Connection) -> str | None:
@@ -61,18 +101,20 @@ def quick_check(con: sqlite3.Connection) -> str | None:
     return "; ".join([line for line in lines if line and not line.startswith("***")][:2])
 
 
-def _max_rowid(con: sqlite3.Connection, table: str, hint: int) -> int:
+def _max_rowid(con: sqlite3.Connection, table: str, hint: int) -> tuple[int, bool]:
+    """The last rowid to probe, and whether it is known (else a generous guess)."""
     try:
         (top,) = con.execute(f"SELECT max(rowid) FROM {table}").fetchone()
-        return max(int(top or 0), hint)
+        return max(int(top or 0), hint), True
     except sqlite3.DatabaseError:
-        return hint * 2 + _SCAN_SLACK
+        return hint * 2 + _SCAN_SLACK, False
 
 
 def _rows(con: sqlite3.Connection, table: str, columns: str, hint: int) -> tuple[list[tuple], int]:
-    """Every readable row of ``table`` (point reads by rowid), and how many rowids failed."""
+    """Every readable row of ``table`` (point reads by rowid), and how many rowids failed
+    (-1: unknown, the table's end could not be read, so failed probes may be rows never written)."""
     out, failed = [], 0
-    top = _max_rowid(con, table, hint)
+    top, known = _max_rowid(con, table, hint)
     for rowid in range(1, top + 1):
         try:
             row = con.execute(f"SELECT {columns} FROM {table} WHERE rowid = ?", (rowid,)).fetchone()
@@ -81,7 +123,7 @@ def _rows(con: sqlite3.Connection, table: str, columns: str, hint: int) -> tuple
             continue
         if row is not None:
             out.append(row)
-    return out, failed
+    return out, failed if known else -1
 
 
 def _schema(con: sqlite3.Connection) -> list[tuple[str, str, str]]:
@@ -134,7 +176,7 @@ def salvage(source: sqlite3.Connection, dest: sqlite3.Connection, problem: str, 
                          copied["Cache"])
         key_at = ccols.index("key")
         cache_keys = {row[key_at] for row in copied["Cache"]}
-        damage.results_lost = failed.get("Cache", 0)
+        damage.results_lost = max(0, failed.get("Cache", 0))
     k, ok = rcols.index("key"), rcols.index("ok")
     mode = rcols.index("mode") if "mode" in rcols else None
     kept = []
@@ -147,7 +189,8 @@ def salvage(source: sqlite3.Connection, dest: sqlite3.Connection, problem: str, 
     damage.kept = len(kept)
     damage.lost = sorted(named[key] for key in set(named) - kept_keys)
     read_keys = {row[k] for row in copied.get(records, [])}
-    damage.lost_unnamed = max(0, failed.get(records, 0) - len(set(named) - read_keys))
+    failed_rows = failed.get(records, 0)
+    damage.lost_unnamed = -1 if failed_rows < 0 else max(0, failed_rows - len(set(named) - read_keys))
     for kind, _name, sql in schema:
         if kind == "trigger":
             dest.execute(sql)
@@ -162,7 +205,7 @@ def repair_file(directory: Path, db_name: str, problem: str, records: str) -> Da
     fresh = directory / f".{db_name}.salvage"
     for leftover in (fresh, fresh.with_name(fresh.name + "-journal")):
         leftover.unlink(missing_ok=True)
-    source = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    source, _ = open_for_reading(db)
     dest = sqlite3.connect(fresh, isolation_level=None)
     try:
         damage = salvage(source, dest, problem, records)

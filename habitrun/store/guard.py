@@ -86,7 +86,9 @@ def _check_database(directory: Path, db: Path) -> StoreDirState:
             raise _refuse(directory, f"{DB_NAME} is an SQLite database of something else")
         meta = dict(con.execute(f"SELECT name, value FROM {META_TABLE}").fetchall())
     except sqlite3.DatabaseError as exc:
-        raise _refuse(directory, f"{DB_NAME} is damaged ({exc})") from None
+        meta = _meta_of_damaged(db)
+        if meta is None:
+            raise _refuse(directory, f"{DB_NAME} is damaged ({exc})") from None
     finally:
         con.close()
     if meta.get("format") != STORE_FORMAT:
@@ -120,3 +122,19 @@ def empty_store_file(directory: Path) -> str | None:
         return None
     return (f"the checkpoint store file {db} is empty (0 bytes): nothing stored in it can be used "
             "(a crash while creating it, or a truncated file); every subject is treated as never run")
+
+
+def _meta_of_damaged(db: Path) -> dict[str, str] | None:
+    """The marker table of a file SQLite refuses (truncated), read from an in-memory copy."""
+    from habitrun.store.damage import open_for_reading  # the damage tools, only when needed
+
+    try:
+        con, _ = open_for_reading(db)
+    except (sqlite3.Error, OSError):
+        return None
+    try:
+        return dict(con.execute(f"SELECT name, value FROM {META_TABLE}").fetchall())
+    except sqlite3.Error:
+        return None
+    finally:
+        con.close()

@@ -13,10 +13,9 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 from habitrun.errors import StoreError
-from habitrun.store.damage import Damage, in_memory, quick_check, repair_file
+from habitrun.store.damage import Damage, in_memory, open_for_reading, quick_check, repair_file
 from habitrun.store.guard import DB_NAME, META_TABLE, STORE_FORMAT, STORE_VERSION
 
 RECORDS = "habitrun_record"
@@ -127,11 +126,10 @@ def open_read_only(directory: Path) -> tuple[sqlite3.Connection, Damage | None]:
 
     A damaged file is read record by record into memory (see :mod:`habitrun.store.damage`).
     """
-    uri = f"file:{quote(str(directory / DB_NAME))}?mode=ro"
     damage = None
     try:
-        con = sqlite3.connect(uri, uri=True, timeout=60, isolation_level=None, check_same_thread=False)
-        problem = quick_check(con)
+        con, problem = open_for_reading(directory / DB_NAME)
+        problem = problem or quick_check(con)
         if problem is not None:
             try:
                 salvaged, damage = in_memory(con, problem, RECORDS)
@@ -151,11 +149,10 @@ def open_read_only(directory: Path) -> tuple[sqlite3.Connection, Damage | None]:
 
 def check_and_repair(directory: Path) -> Damage | None:
     """Before anything writes: a damaged file is salvaged into a new one (the old kept aside)."""
-    uri = f"file:{quote(str(directory / DB_NAME))}?mode=ro"
     try:
-        con = sqlite3.connect(uri, uri=True, timeout=60)
+        con, problem = open_for_reading(directory / DB_NAME)
         try:
-            problem = quick_check(con)
+            problem = problem or quick_check(con)
         finally:
             con.close()
         if problem is None:

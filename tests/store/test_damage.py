@@ -84,3 +84,25 @@ def test_an_empty_store_file_is_said_to_be_empty(done_study: Path, tmp_path: Pat
     run = habitrun("run", "recipe.yaml", "-q", cwd=cwd)
     assert "is empty (0 bytes)" in run.stdout + run.stderr
     assert all(s["to_run"] == 0 for s in plan_json(cwd / "recipe.yaml").values())
+
+
+@pytest.mark.timeout(120)
+def test_a_truncated_store_file_keeps_what_it_still_holds(done_study: Path, tmp_path: Path) -> None:
+    cwd = tmp_path / "study"
+    shutil.copytree(done_study, cwd)
+    db = cwd / ".habitrun" / "store" / "cache.db"
+    before = _written(db)
+    with open(db, "r+b") as fh:
+        fh.truncate(db.stat().st_size * 6 // 10 // 4096 * 4096)
+    truncated_sha = _sha(db)
+    plan = habitrun("plan", "recipe.yaml", cwd=cwd, code=2)
+    assert "the file is truncated" in plan.stderr and "intact and used" in plan.stderr, plan.stderr
+    assert "to run" in plan.stdout and _sha(db) == truncated_sha
+    run = habitrun("run", "recipe.yaml", "-q", cwd=cwd)
+    assert "the file is truncated" in run.stdout + run.stderr
+    aside = [p for p in db.parent.glob("cache.db.damaged-*") if not p.name.endswith(("-wal", "-shm"))]
+    assert len(aside) == 1 and _sha(aside[0]) == truncated_sha  # kept, never deleted
+    after = _written(db)
+    kept = {k for k in before if after.get(k) == before[k]}
+    assert kept and len(kept) < len(before)  # what the file still held was used, not recomputed
+    assert all(s["to_run"] == 0 for s in plan_json(cwd / "recipe.yaml").values())
