@@ -60,16 +60,34 @@ def open_for_reading(db: Path) -> tuple[sqlite3.Connection, str | None]:
     match its length (no free-page list, no write-ahead log) so that what it still holds can
     be read; the file itself is not touched.
     """
-    con = sqlite3.connect(f"file:{quote(str(db))}?mode=ro", uri=True, timeout=60, isolation_level=None,
+    try:
+        return _probe(db, "mode=ro"), None
+    except sqlite3.OperationalError as exc:
+        # A store in a folder this user cannot write, without the write-ahead log's files:
+        # SQLite cannot make them, and with no log no writer can be active, so the file
+        # alone is the whole database.
+        if "locked" in str(exc) or Path(f"{db}-wal").exists():
+            raise
+        try:
+            return _probe(db, "immutable=1"), None
+        except sqlite3.OperationalError:
+            raise exc from None
+        except sqlite3.DatabaseError:
+            pass
+    except sqlite3.DatabaseError:
+        pass
+    return _patched_copy(db)
+
+
+def _probe(db: Path, mode: str) -> sqlite3.Connection:
+    con = sqlite3.connect(f"file:{quote(str(db))}?{mode}", uri=True, timeout=60, isolation_level=None,
                           check_same_thread=False)
     try:
         con.execute("SELECT count(*) FROM sqlite_master").fetchone()
-        return con, None
-    except sqlite3.DatabaseError as exc:
+    except BaseException:
         con.close()
-        if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
-            raise
-    return _patched_copy(db)
+        raise
+    return con
 
 
 def _patched_copy(db: Path) -> tuple[sqlite3.Connection, str]:
@@ -86,7 +104,9 @@ def _patched_copy(db: Path) -> tuple[sqlite3.Connection, str]:
     data[18] = data[19] = 1  # a plain file: the copy has no write-ahead log
     con = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
     con.deserialize(bytes(data))
-    return con, f"the file is truncated: it holds {pages} of the {counted} pages its header counts"
+    if pages < counted:
+        return con, f"the file is truncated: it holds {pages} of the {counted} pages its header counts"
+    return con, "SQLite cannot read the file as it is"
 
 
 def quick_check(con: sqlite3.Connection) -> str | None:

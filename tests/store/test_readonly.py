@@ -7,6 +7,7 @@ import os
 import shutil
 import sqlite3
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -75,3 +76,31 @@ def test_older_formats_are_read_without_being_upgraded(tmp_path: Path, fixture: 
                                                 {"prep.k3"})
         assert store.unreadable("prep") == {} and store.changed("prep") == {}
     assert _sha(folder / "cache.db") == before and _version(folder / "cache.db") == version
+
+
+def _mount(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["mount", *args], capture_output=True, text=True, timeout=30)
+
+
+@pytest.mark.timeout(120)
+def test_plan_and_status_on_a_read_only_file_system(tmp_path: Path) -> None:
+    """Where nothing can be written (no -wal/-shm either), plan and status still read the store."""
+    recipe = write_study(tmp_path / "study", big="s1")
+    habitrun("run", "recipe.yaml", "-q", cwd=recipe.parent)
+    mnt = tmp_path / "ro"
+    mnt.mkdir()
+    if _mount("-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mnt)).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN): read-only file system not tested")
+    try:
+        shutil.copytree(recipe.parent, mnt / "study")
+        store = mnt / "study" / ".habitrun" / "store"
+        assert not list(store.glob("cache.db-*"))  # the run closed its log
+        remount = _mount("-o", "remount,ro", str(mnt))
+        assert remount.returncode == 0, remount.stderr
+        plan = habitrun("plan", "recipe.yaml", "--verify", cwd=mnt / "study")
+        assert "nothing to run: every stage is done" in plan.stdout, plan.stdout + plan.stderr
+        status = habitrun("status", "recipe.yaml", cwd=mnt / "study")
+        assert "no failed subjects" in status.stdout and "damaged" not in status.stderr
+    finally:
+        _mount("-o", "remount,rw", str(mnt))
+        subprocess.run(["umount", str(mnt)], capture_output=True, timeout=30)
