@@ -68,6 +68,8 @@ def test_bins_32_16_32_is_cached_with_its_own_files_and_gc_frees_the_16_folders(
     assert all(Path(r["file"]).is_file() for r in feat.values()) and after < before
     assert all(s["to_run"] == 0 for s in plan_json(recipe).values())
     assert "0 work folder(s)" in habitrun("gc", "recipe.yaml", cwd=cwd).stdout
+    with CheckpointStore.open(cwd / ".habitrun" / "store", create=False, read_only=True) as store:
+        assert (store.count("feat"), store.count("table"), store.count("post")) == (3, 1, 3)  # bins=16 records gone
     assert all(s["to_run"] == 3 or s["kind"] == "collect" for s in
                plan_json(recipe, "stages.feat.params.bins=16").values() if s["name"] != "table")
 
