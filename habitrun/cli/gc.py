@@ -112,6 +112,9 @@ def gc(
     loaded = load_recipe(recipe, tuple(overrides or ()))
     console = make_console()
     store_dir = loaded.store_dir()
+    if not CheckpointStore.exists(store_dir) and not (loaded.run_root() / WORK).is_dir():
+        _report(console, loaded, Garbage(), show, done=yes)  # nothing has run: nothing to create or delete
+        return
     if not yes:
         store = None
         if CheckpointStore.exists(store_dir):
