@@ -8,6 +8,7 @@ events, and the final outcome and exit code.
 
 from __future__ import annotations
 
+import errno
 import getpass
 import os
 import threading
@@ -521,6 +522,13 @@ class _StudyRunner:
                     events.append({"event": "subject_done", "stage": stage.name, "subject": sid,
                                    "attempt": task.attempt, "duration_sec": round(outcome.duration_sec, 6),
                                    "pid": outcome.worker_pid})
+                    continue
+                if outcome.kind == FailureKind.DISK_FULL:  # the machine's fault: stop, record nothing
+                    events.append({"event": "subject_failed", "stage": stage.name, "subject": sid,
+                                   "attempt": task.attempt, "kind": outcome.kind, "error": outcome.error,
+                                   "final": False, "log": task.log_path, "pid": outcome.worker_pid})
+                    self.cannot_write(self.run.path, OSError(errno.ENOSPC, (
+                        f"No space left on device (subject {sid} of stage {stage.name}: {outcome.error})")))
                     continue
                 # Once a stop is asked for, a failure with attempts left is not run (a resume
                 # runs it), never a recorded failure: its last chance was taken by the stop.
