@@ -36,6 +36,7 @@ COMMANDS: dict[str, str] = {
     "run": "Run every stage for every subject; subjects already stored as done are skipped.",
     "resume": "Finish the latest run: nothing that finished is repeated, nothing is lost.",
     "status": "Show the last run: outcome, per stage counts, each failed subject with its log file.",
+    "gc": "Delete work folders and stored records that no current cache key uses (dry run by default).",
 }
 COMMAND_MODULES = tuple(COMMANDS)
 
