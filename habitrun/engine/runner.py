@@ -23,7 +23,8 @@ from habitrun.engine.control import StopFlag
 from habitrun.engine.recorder import Recorder
 from habitrun.engine.signals import exit_code_for, stop_on_signals
 from habitrun.errors import EXIT_FAILED_SUBJECTS, EXIT_OK
-from habitrun.planner.plan import GROUP_SUBJECT, StagePlan, SubjectStatus, fingerprints, plan_stage
+from habitrun.planner.context import build_context
+from habitrun.planner.plan import GROUP_SUBJECT, StagePlan, SubjectStatus, plan_stage
 from habitrun.spec.gcpause import gc_paused
 from habitrun.spec.loader import LoadedRecipe
 from habitrun.spec.recipe import StageSpec
@@ -159,6 +160,8 @@ class _StudyRunner:
 
     # ------------------------------------------------------------------ run
     def run(self) -> RunSummary:
+        # Input files and code first: a missing input file stops the run before it starts (exit 2).
+        self.key_context = build_context(self.loaded, self.subjects, self.store)
         warning = self.store.check_recipe(
             self.recipe.name, self.loaded.sha256, strict=self.recipe.policy.strict_checkpoint_hash
         )
@@ -173,7 +176,7 @@ class _StudyRunner:
         if self.resumed_from is not None:
             previous = self.resumed_from.read_provenance()
             self.chain = set(previous.get("run_chain", [])) | {self.resumed_from.run_id}
-        fps = fingerprints(self.loaded)
+        fps = {name: info.fingerprint for name, info in self.key_context.stages.items()}
         self.fingerprints = fps
         provenance = collect_provenance(
             recipe_path=self.source_path,
@@ -245,7 +248,10 @@ class _StudyRunner:
     def run_stage(self, stage: StageSpec) -> None:
         policy = self.recipe.stage_policy(stage.name)
         plan = plan_stage(self.recipe, stage.name, self.subjects, self.plans, self.store,
-                          self.fingerprints[stage.name])
+                          self.fingerprints[stage.name], context=self.key_context)
+        if plan.adopted:  # results stored under an older habitrun's key for the same inputs
+            self.store.adopt([(old, plan.keys[sid], plan.components_json(sid)) for sid, old in plan.adopted.items()])
+            plan.adopted.clear()
         self.plans[stage.name] = plan
         to_run = self.really_to_run(plan)
         counts = StageCounts(total=len(plan.keys))

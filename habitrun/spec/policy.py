@@ -23,6 +23,7 @@ Backend = Literal["serial", "process", "dask"]
 ParallelMode = Literal["persistent", "isolated"]
 FailureMode = Literal["continue", "fail_fast"]
 StartMethod = Literal["forkserver", "spawn", "fork"]
+CacheMode = Literal["standard", "deep", "lenient"]
 
 MAX_WAIT_SEC = 2_073_600
 """Upper bound (24 days) of every *_sec field that reaches a wait. The workers
@@ -145,6 +146,8 @@ class RunPolicy(BaseModel):
     worker_memory_limit_mb: int | None = Field(default=None, gt=0, description="Resident memory per worker (with its children) past which it is stopped as out of memory.")
     start_method: StartMethod = Field(default="forkserver", description="How worker processes start: forkserver (operator module preloaded), spawn, or fork.")
     dask: DaskSettings | None = Field(default=None, description="Dask cluster settings (backend: dask only).")
+    cache: CacheMode = Field(default="standard", description="How input files enter keys: standard (content; a file whose size, mtime and inode are unchanged is not read again), deep (content, every file read every plan), lenient (path and size only, never read).")
+    rerun_on_package_change: bool = Field(default=False, description="Put the versions of the third-party packages a stage's code imports into its keys (default: a change is only reported by plan and status).")
 
     @field_validator("force_rerun_subjects", mode="before")
     @classmethod

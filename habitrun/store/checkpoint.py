@@ -43,6 +43,7 @@ from habitrun.store.guard import (
     StoreDirState,
     inspect_store_dir,
 )
+from habitrun.store.filetable import FILES_SCHEMA
 from habitrun.store.jsontext import compact
 
 _RECORDS = "habitrun_record"
@@ -58,6 +59,7 @@ _SCHEMA = (
     # mostly next to each other; a second index ordered by the (random) key would cost a
     # page written per record per commit.
     f"CREATE INDEX IF NOT EXISTS {_RECORDS}_stage ON {_RECORDS} (stage, subject_id, written_at, ok, key)",
+    FILES_SCHEMA,  # input file digests (habitrun.store.filetable); added to older stores when opened
     f"INSERT OR IGNORE INTO {META_TABLE} VALUES ('format', '{STORE_FORMAT}')",
     f"INSERT OR IGNORE INTO {META_TABLE} VALUES ('version', '{STORE_VERSION}')",
 )
@@ -370,6 +372,60 @@ class CheckpointStore:
                 self._cache.delete(key, retry=True)
             con.execute(f"DELETE FROM {_RECORDS} WHERE key IN {_KEYS_PARAM}", (json.dumps(present),))
         return len(present)
+
+    def adopt(self, moves: Sequence[tuple[str, str, str]]) -> int:
+        """Move records, with their results, from old keys to new ones: (old, new, components JSON).
+
+        The planner finds a result stored under the key an older habitrun computed for the same
+        inputs; moving it to today's key keeps it (nothing reruns because the key format changed).
+        """
+        if not moves:
+            return 0
+        with self._transaction() as con:
+            moved = 0
+            for old, new, components in moves:
+                cur = con.execute(
+                    f"UPDATE OR REPLACE {_RECORDS} SET key = ?, components = ? WHERE key = ?", (new, components, old)
+                )
+                moved += cur.rowcount
+                if self._cache_used:
+                    con.execute("UPDATE OR REPLACE Cache SET key = ? WHERE key = ? AND raw = 1", (new, old))
+        return moved
+
+    def stage_packages(self, stage: str, *, prefix: str = "", key: str | None = None) -> list[dict]:
+        """The distinct package versions kept with the stage's successes under one key, or under
+        every key starting with ``prefix`` (one scan of the stage's range)."""
+        if key is not None:
+            where, params = "stage = ? AND key = ?", (stage, key)
+        else:
+            upper = prefix[:-1] + chr(ord(prefix[-1]) + 1) if prefix else "\U0010ffff"
+            where, params = "stage = ? AND key >= ? AND key < ?", (stage, prefix, upper)
+        try:
+            rows = self._query(
+                f"SELECT DISTINCT json_extract(components, '$.packages') FROM {_RECORDS} WHERE {where} AND ok = 1",
+                params,
+            )
+        except sqlite3.Error:
+            return []
+        out = []
+        for (text,) in rows:
+            try:
+                value = json.loads(text) if text else None
+            except ValueError:
+                continue
+            if isinstance(value, dict):
+                out.append(value)
+        return out
+
+    def meta(self, name: str) -> str | None:
+        """A value habitrun keeps about the store (see :meth:`set_meta`)."""
+        rows = self._query(f"SELECT value FROM {META_TABLE} WHERE name = ?", (name,))
+        return rows[0][0] if rows else None
+
+    def set_meta(self, name: str, value: str) -> None:
+        """Keep a small named value (e.g. the package versions a stage last ran with)."""
+        with self._transaction() as con:
+            con.execute(f"INSERT OR REPLACE INTO {META_TABLE} VALUES (?, ?)", (name, value))
 
     # -- reading -----------------------------------------------------------------------------
     def states(self, keys: Iterable[str]) -> dict[str, StoredState]:

@@ -58,7 +58,7 @@ def test_editing_a_param_makes_that_stage_and_downstream_stale(study) -> None:
     plan = replan(recipe, store)
     assert statuses(plan, "a") == dict.fromkeys(IDS, DONE)
     assert statuses(plan, "b") == dict.fromkeys(IDS, STALE)
-    assert plan.stages["b"].reasons == dict.fromkeys(IDS, ["params changed"])
+    assert plan.stages["b"].reasons == dict.fromkeys(IDS, ["params.bins: 8 → 16"])
     assert statuses(plan, "c") == {GROUP_SUBJECT: STALE}
     assert plan.stages["c"].reasons[GROUP_SUBJECT] == ["upstream 'b' changed"]
 
@@ -66,16 +66,16 @@ def test_editing_a_param_makes_that_stage_and_downstream_stale(study) -> None:
 def test_an_override_is_a_param_edit_too(study) -> None:
     recipe, store = study
     plan = replan(recipe, store, "stages.a.params.scale=3")
-    assert plan.stages["a"].reasons == dict.fromkeys(IDS, ["params changed"])
+    assert plan.stages["a"].reasons == dict.fromkeys(IDS, ["params.scale: 2 → 3"])
     assert plan.stages["b"].reasons == dict.fromkeys(IDS, ["upstream 'a' changed"])
 
 
 def test_editing_operator_code_makes_its_stage_stale(study) -> None:
     recipe, store = study
     ops = recipe.parent / "ops_a.py"
-    ops.write_text(ops.read_text() + "\n# a comment is a code change too\n")
+    ops.write_text(ops.read_text().replace("scale *", "scale +"))
     plan = replan(recipe, store)
-    assert plan.stages["a"].reasons == dict.fromkeys(IDS, ["operator code changed"])
+    assert plan.stages["a"].reasons == dict.fromkeys(IDS, ["code: ops_a.py changed"])
     assert plan.stages["b"].reasons == dict.fromkeys(IDS, ["upstream 'a' changed"])
     assert statuses(plan, "c") == {GROUP_SUBJECT: STALE}
 
@@ -86,8 +86,8 @@ def test_editing_the_module_of_b_and_c_leaves_a_done(study) -> None:
     ops.write_text(ops.read_text().replace("% bins", "// bins"))
     plan = replan(recipe, store)
     assert statuses(plan, "a") == dict.fromkeys(IDS, DONE)
-    assert plan.stages["b"].reasons == dict.fromkeys(IDS, ["operator code changed"])
-    assert "operator code changed" in plan.stages["c"].reasons[GROUP_SUBJECT]
+    assert plan.stages["b"].reasons == dict.fromkeys(IDS, ["code: ops_b.py changed"])
+    assert "code: ops_b.py changed" in plan.stages["c"].reasons[GROUP_SUBJECT]
 
 
 def test_editing_one_manifest_row_makes_only_that_subject_stale(study) -> None:
@@ -96,9 +96,9 @@ def test_editing_one_manifest_row_makes_only_that_subject_stale(study) -> None:
     manifest.write_text(manifest.read_text().replace("S3,30,site1", "S3,31,site1"))
     plan = replan(recipe, store)
     assert statuses(plan, "a") == {**dict.fromkeys(IDS, DONE), "S3": STALE}
-    assert plan.stages["a"].reasons == {"S3": ["manifest row changed"]}
+    assert plan.stages["a"].reasons == {"S3": ["manifest row changed: x 30 → 31"]}
     assert statuses(plan, "b") == {**dict.fromkeys(IDS, DONE), "S3": STALE}
-    assert plan.stages["b"].reasons == {"S3": ["manifest row changed", "upstream 'a' changed"]}
+    assert plan.stages["b"].reasons == {"S3": ["manifest row changed: x 30 → 31", "upstream 'a' changed"]}
     assert plan.stages["c"].reasons[GROUP_SUBJECT] == ["upstream 'b' changed"]
     assert plan.stages["a"].to_run() == ["S3"]
 
@@ -178,7 +178,7 @@ def test_plan_json_is_complete(study) -> None:
     data = replan(recipe, store, "stages.b.params.bins=9").to_json()
     b = data["stages"][1]
     assert b["name"] == "b" and b["counts"]["stale"] == 5 and b["to_run"] == 5
-    assert b["subjects"]["S1"]["status"] == "stale" and b["subjects"]["S1"]["reasons"] == ["params changed"]
+    assert b["subjects"]["S1"]["status"] == "stale" and b["subjects"]["S1"]["reasons"] == ["params.bins: 8 → 9"]
     assert data["counts"]["done"] == 5
 
 

@@ -1,0 +1,206 @@
+"""Everything outside the recipe text that a plan's keys depend on, gathered once per plan.
+
+Per stage: its code (:mod:`habitrun.planner.code`), its declared input files,
+the packages its code imports, its cache mode and the manifest columns it
+uses. Per subject: the text of its input files (:mod:`habitrun.planner.files`).
+From these, :meth:`KeyContext.parts` gives each map stage's subject parts and
+:meth:`KeyContext.fingerprint` the stage's fingerprint (see
+:mod:`habitrun.planner.keys` for how they make a key).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from habitrun.errors import RecipeError
+from habitrun.planner.code import CodeInfo, code_info
+from habitrun.planner.files import Digester, SubjectFiles, file_columns, load_known, scan_subjects, stage_inputs
+from habitrun.planner.fingerprint import command_fingerprint
+from habitrun.planner.keys import canonical_json, subject_parts, variant_parts
+from habitrun.spec.operators import operator_fingerprint
+from habitrun.spec.recipe import StageSpec
+
+if TYPE_CHECKING:
+    from habitrun.spec.loader import LoadedRecipe
+    from habitrun.store.checkpoint import CheckpointStore
+
+Variant = tuple[Any, ...]
+
+
+@dataclass
+class StageInputs:
+    """What one stage's keys depend on besides its definition and upstream stages."""
+
+    stage: StageSpec
+    code: CodeInfo
+    fingerprint: str  # code (or code_version), declared inputs, packages when they count
+    inputs: dict[str, str]  # declared input as written -> digest (lenient: size)
+    mode: str  # cache mode
+    packages_in_key: bool
+    file_cols: tuple[str, ...]  # the file columns its subject parts cover
+    variant: Variant | None  # None: the subject parts habitrun always computed
+    legacy_fingerprint: str | None = None  # the fingerprint before issue 10, when its keys may match
+
+    def code_components(self) -> Any:
+        if self.stage.code_version is not None:
+            return {"code_version": self.stage.code_version}
+        return self.code.modules or self.fingerprint[:16]
+
+
+@dataclass
+class KeyContext:
+    """Per-plan inputs of the keys (see the module docstring)."""
+
+    loaded: LoadedRecipe
+    subjects: Sequence[Any]
+    stages: dict[str, StageInputs]
+    files: SubjectFiles | None
+    digester: Digester | None
+    _parts: dict[Any, dict[str, str]] = field(default_factory=dict)
+
+    def fingerprint(self, name: str) -> str:
+        return self.stages[name].fingerprint
+
+    def parts(self, name: str, digests: Mapping[str, str] | None = None) -> dict[str, str] | Mapping[str, str]:
+        """subject id -> subject part of map stage ``name`` (shared by stages of one variant)."""
+        info = self.stages[name]
+        if info.variant is None:
+            if digests is not None:
+                return digests
+            info_key: Any = None
+        else:
+            info_key = info.variant
+        found = self._parts.get(info_key)
+        if found is None:
+            if info.variant is None:
+                found = subject_parts(self.subjects)
+            else:
+                found = variant_parts(self.subjects, info.stage.fields, self._file_texts(info))
+            self._parts[info_key] = found
+        return found
+
+    def _file_texts(self, info: StageInputs) -> dict[str, str] | None:
+        if self.files is None or not info.file_cols:
+            return None
+        table = self.files.lenient if info.mode == "lenient" else self.files.content
+        index = [self.files.columns.index(c) for c in info.file_cols]
+        names = info.file_cols
+        return {
+            sid: "\x1e".join(f"{names[n]}:{texts[i]}" for n, i in enumerate(index))
+            for sid, texts in table.items()
+        }
+
+    def subject_files(self, name: str, sid: str) -> dict[str, str]:
+        """column -> the text of a subject's files in stage ``name`` (for reasons)."""
+        info = self.stages[name]
+        if self.files is None or not info.file_cols:
+            return {}
+        table = self.files.lenient if info.mode == "lenient" else self.files.content
+        texts = table.get(sid)
+        if texts is None:
+            return {}
+        return {c: texts[self.files.columns.index(c)] for c in info.file_cols}
+
+    def save(self, store: CheckpointStore | None) -> None:
+        """Keep the digests of files read for this plan in the store's table (best effort)."""
+        if self.digester is not None:
+            self.digester.save(store)
+
+
+def _legacy_fingerprint(stage: StageSpec, search_path: tuple[str, ...], root: Path) -> str:
+    """The code fingerprint habitrun used before issue 10 (module bytes, command argv and files)."""
+    if stage.operator is not None:
+        return operator_fingerprint(stage.operator, search_path)
+    if stage.entrypoint is not None:
+        return operator_fingerprint(stage.entrypoint, search_path)
+    return command_fingerprint(stage.command or (), root)
+
+
+def stage_code(stage: StageSpec, search_path: tuple[str, ...], root: Path) -> CodeInfo:
+    target = stage.operator or stage.entrypoint
+    if target is not None:
+        return code_info(target, search_path, code_version=stage.code_version)
+    if stage.code_version is not None:
+        return CodeInfo("version:" + stage.code_version)
+    return CodeInfo("command:" + command_fingerprint(stage.command or (), root))
+
+
+def build_context(
+    loaded: LoadedRecipe,
+    subjects: Sequence[Any],
+    store: CheckpointStore | None,
+    *,
+    save: bool = True,
+) -> KeyContext:
+    """Read code, packages and input files for one plan; RecipeError (exit 2) for a missing or
+    unreadable input file, listing every one found (up to 20)."""
+    recipe = loaded.recipe
+    search_path = tuple(loaded.search_path)
+    root = Path(loaded.root)
+    columns = file_columns(loaded)
+    policies = {s.name: recipe.stage_policy(s.name) for s in recipe.stages}
+    modes = {name: p.cache for name, p in policies.items()}
+    needs_files = bool(columns) or any(s.inputs for s in recipe.stages)
+    digester = None
+    files = None
+    problems: list[str] = []
+    if needs_files:
+        digester = Digester(
+            load_known(store),
+            deep=any(m == "deep" for m in modes.values()),
+            content=any(m != "lenient" for m in modes.values()),
+        )
+        if columns:
+            try:
+                files = scan_subjects(loaded, subjects, columns, digester)
+            except RecipeError as exc:
+                problems.extend(exc.problems)
+    stages: dict[str, StageInputs] = {}
+    present = set(subjects[0].fields) if subjects else set()
+    for i, stage in enumerate(recipe.stages):
+        for j, col in enumerate(stage.fields or ()):
+            if col not in present:
+                problems.append(f"{loaded.locate(('stages', i, 'fields', j))}: column {col!r} is not in the manifest")
+        mode = modes[stage.name]
+        inputs: dict[str, str] = {}
+        if stage.inputs and digester is not None:
+            try:
+                inputs = stage_inputs(loaded, i, digester, lenient=mode == "lenient")
+            except RecipeError as exc:
+                problems.extend(exc.problems)
+        code = stage_code(stage, search_path, root)
+        in_key = policies[stage.name].rerun_on_package_change
+        pieces = [code.fingerprint]
+        if inputs:
+            pieces.append("inputs:" + canonical_json(inputs))
+        if in_key and code.packages:
+            pieces.append("packages:" + canonical_json(code.packages))
+        if stage.kind == "map":
+            cols = tuple(c for c in sorted(columns) if stage.fields is None or c in stage.fields)
+        else:
+            cols = ()
+        variant = None
+        if cols or stage.fields is not None:
+            variant = (stage.fields, cols, mode == "lenient")
+        legacy = None
+        if variant is None and not stage.inputs and stage.code_version is None and not (in_key and code.packages):
+            legacy = _legacy_fingerprint(stage, search_path, root)
+        stages[stage.name] = StageInputs(
+            stage=stage, code=code, fingerprint="\x00".join(pieces), inputs=inputs, mode=mode,
+            packages_in_key=in_key, file_cols=cols, variant=variant, legacy_fingerprint=legacy,
+        )
+    if problems:
+        raise RecipeError(problems)
+    context = KeyContext(loaded, subjects, stages, files, digester)
+    if save:
+        context.save(store)
+    return context
+
+
+def fingerprints(loaded: LoadedRecipe) -> dict[str, str]:
+    """stage name -> code fingerprint (code and code_version only; no files are read)."""
+    search_path = tuple(loaded.search_path)
+    return {s.name: stage_code(s, search_path, Path(loaded.root)).fingerprint for s in loaded.recipe.stages}
