@@ -17,7 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 from habitrun.errors import RecipeError
 from habitrun.planner.code import CodeInfo, code_info
-from habitrun.planner.files import Digester, SubjectFiles, file_columns, load_known, scan_subjects, stage_inputs
+from habitrun.planner.files import (
+    Digester,
+    SubjectFiles,
+    file_columns,
+    load_known,
+    scan_subjects,
+    stage_inputs,
+)
 from habitrun.planner.fingerprint import command_fingerprint
 from habitrun.planner.keys import canonical_json, subject_parts, variant_parts
 from habitrun.spec.operators import operator_fingerprint

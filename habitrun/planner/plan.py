@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from habitrun.planner.context import KeyContext, StageInputs, build_context
 from habitrun.planner.context import fingerprints as _fingerprints
-from habitrun.planner.explain import explain
+from habitrun.planner.explain import explain, package_changes
 from habitrun.planner.keys import (
     canonical_json,
     combined_parts,

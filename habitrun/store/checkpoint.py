@@ -35,6 +35,7 @@ from typing import Any
 import diskcache
 
 from habitrun.errors import StoreError
+from habitrun.store.filetable import FILES_SCHEMA
 from habitrun.store.guard import (
     DB_NAME,
     META_TABLE,
@@ -43,7 +44,6 @@ from habitrun.store.guard import (
     StoreDirState,
     inspect_store_dir,
 )
-from habitrun.store.filetable import FILES_SCHEMA
 from habitrun.store.jsontext import compact
 
 _RECORDS = "habitrun_record"
