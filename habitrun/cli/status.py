@@ -16,7 +16,7 @@ from typing import Any
 import typer
 
 from habitrun.cli.app import app
-from habitrun.cli.plan import counts_table, make_console, open_existing_store
+from habitrun.cli.plan import counts_table, make_console, open_existing_store, print_package_changes
 from habitrun.cli.text import esc
 from habitrun.errors import StoreError
 from habitrun.planner.plan import Plan, SubjectStatus, plan_study
@@ -122,6 +122,7 @@ def status(
             "run": {"id": run.run_id, "path": str(run.path), "outcome": outcome,
                     "started_at": info.get("started_at"), "ended_at": info.get("ended_at")},
             "stages": {s.name: s.counts() for s in plan},
+            "packages_changed": {s.name: s.package_changes for s in plan if s.package_changes},
             "failures": failed,
         }, indent=1, ensure_ascii=False))
         return
@@ -131,6 +132,7 @@ def status(
     if info.get("ended_at"):
         console.print(f"  ended    {esc(str(info['ended_at']))}")
     console.print(counts_table(plan, f"stages of {esc(loaded.recipe.name)} now"))
+    print_package_changes(console, plan)
     if not failed:
         console.print("no failed subjects")
         return

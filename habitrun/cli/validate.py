@@ -1,7 +1,8 @@
 """`habitrun validate RECIPE [OVERRIDES...]`: everything a run would check before it starts.
 
-Schema and stage graph (by loading), the manifest (by reading it), and every
-operator and train entrypoint (by importing it from the recipe's folder).
+Schema and stage graph (by loading), the manifest (by reading it), every
+input file it names (there and readable), and every operator and train
+entrypoint (by importing it from the recipe's folder).
 Problems of the last two are collected together, so one pass shows them all.
 """
 
@@ -13,6 +14,7 @@ import typer
 
 from habitrun.cli.app import app
 from habitrun.errors import RecipeError
+from habitrun.planner.context import build_context
 from habitrun.spec.loader import LoadedRecipe, load_recipe
 from habitrun.spec.operators import resolve_operator
 from habitrun.spec.policy import RunPolicy
@@ -79,6 +81,11 @@ def validate(
         rows = load_subjects(loaded)
     except RecipeError as exc:
         problems.extend(exc.problems)
+    if rows:
+        try:  # every input file there and readable (nothing is hashed here)
+            build_context(loaded, rows, None, save=False, verify_only=True)
+        except RecipeError as exc:
+            problems.extend(exc.problems)
     problems.extend(check_operators(loaded))
     if problems:
         raise RecipeError(problems)

@@ -141,9 +141,13 @@ def build_context(
     store: CheckpointStore | None,
     *,
     save: bool = True,
+    verify_only: bool = False,
 ) -> KeyContext:
     """Read code, packages and input files for one plan; RecipeError (exit 2) for a missing or
-    unreadable input file, listing every one found (up to 20)."""
+    unreadable input file, listing every one found (up to 20).
+
+    ``verify_only`` (validate): only check that every input file is there and readable; nothing
+    is hashed, so the keys of that context are not the plan's."""
     recipe = loaded.recipe
     search_path = tuple(loaded.search_path)
     root = Path(loaded.root)
@@ -156,9 +160,10 @@ def build_context(
     problems: list[str] = []
     if needs_files:
         digester = Digester(
-            load_known(store),
+            {} if verify_only else load_known(store),
             deep=any(m == "deep" for m in modes.values()),
-            content=any(m != "lenient" for m in modes.values()),
+            content=not verify_only and any(m != "lenient" for m in modes.values()),
+            check_readable=verify_only,
         )
         if columns:
             try:

@@ -79,6 +79,7 @@ class Digester:
     known: Mapping[str, FileStat]
     deep: bool = False
     content: bool = True  # False: lenient only, nothing is read
+    check_readable: bool = False  # lenient only: still say which files cannot be read (validate)
     fresh: list[tuple[str, int, int, int, str]] = field(default_factory=list)  # rows for the table
     bytes_read: int = 0
     files: int = 0
@@ -114,6 +115,8 @@ class Digester:
             raise FileProblem(f"cannot be read ({exc.strerror or exc})") from None
         self.files += 1
         if not statmod.S_ISDIR(st.st_mode):
+            if self.check_readable and not self.content and not os.access(path, os.R_OK):
+                raise FileProblem("cannot be read (permission denied)")
             content = f"{written}={self._content(path, st)}" if self.content else ""
             return content, f"{written}#{st.st_size}"
         listing_c = hashlib.blake2b(digest_size=16)
