@@ -20,7 +20,7 @@ MAX_SHOWN = 60  # a value longer than this is shown cut
 
 
 def _show(value: Any) -> str:
-    text = value if isinstance(value, str) else canonical_json(value)
+    text = value if isinstance(value, str) and value else canonical_json(value)
     return text if len(text) <= MAX_SHOWN else text[: MAX_SHOWN - 3] + "..."
 
 
@@ -80,6 +80,10 @@ def _files(old: Mapping[str, str], new: Mapping[str, str]) -> list[str]:
             continue
         before, after = _entries(old[col]), _entries(new[col])
         lenient = "#" in new[col] and "=" not in new[col]
+        was_lenient = "#" in old[col] and "=" not in old[col]
+        if before and after and lenient != was_lenient:
+            out.append(f"{col}: cache mode changed ({'lenient' if lenient else 'content'})")
+            continue
         for path in sorted(set(before) | set(after)):
             if path not in before:
                 out.append(f"{col}: {path} added")
