@@ -20,6 +20,7 @@ import ast
 import hashlib
 import importlib.metadata as metadata
 import os
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -45,7 +46,7 @@ class _Module:
     imports: list[tuple[str, tuple[str, ...]]]  # (module, names imported from it)
 
 
-_parsed: dict[str, tuple[int, int, _Module]] = {}  # file -> (mtime_ns, size, parsed): one parse a process
+_parsed: dict[str, tuple[tuple[int, int, int], _Module]] = {}  # file -> (its stat, parsed): a parse per edit
 
 
 def _strip_docstrings(tree: ast.AST) -> None:
@@ -79,9 +80,10 @@ def _imports(tree: ast.AST, package: str) -> list[tuple[str, tuple[str, ...]]]:
 
 def _parse(path: str, module: str, is_package: bool) -> _Module:
     st = os.stat(path)
+    sig = (st.st_mtime_ns, st.st_ctime_ns, st.st_size)
     cached = _parsed.get(path)
-    if cached is not None and cached[0] == st.st_mtime_ns and cached[1] == st.st_size:
-        return cached[2]
+    if cached is not None and cached[0] == sig:
+        return cached[1]
     raw = Path(path).read_bytes()
     try:
         tree = ast.parse(raw, filename=path)
@@ -93,7 +95,7 @@ def _parse(path: str, module: str, is_package: bool) -> _Module:
         _strip_docstrings(tree)
         text = ast.dump(tree, annotate_fields=False, include_attributes=False)
         parsed = _Module(hashlib.blake2b(text.encode(), digest_size=16).hexdigest(), imports)
-    _parsed[path] = (st.st_mtime_ns, st.st_size, parsed)
+    _parsed[path] = (sig, parsed)
     return parsed
 
 
@@ -152,53 +154,58 @@ class _Distributions:
     """Top-level import name -> installed distribution, looked up only for the names asked about."""
 
     def __init__(self) -> None:
-        self._map: dict[str, str] | None = None
+        self._top_level: dict[str, str] | None = None
+        self._without: list[metadata.Distribution] = []
+        self._records: dict[int, str] = {}
 
     def version_of(self, top: str) -> tuple[str, str] | None:
         try:
             dist = metadata.distribution(top)  # the usual case: numpy, torch, nibabel, SimpleITK
-            name = dist.metadata["Name"] or top
-            return name, dist.version
+            return dist.metadata["Name"] or top, dist.version
         except metadata.PackageNotFoundError:
             pass
         except Exception:  # noqa: BLE001 - broken metadata of an unrelated package
             return None
-        dist_name = self._names().get(top)
-        if dist_name is None:
+        dist = self._providing(top)
+        if dist is None:
             return None
         try:
-            return dist_name, metadata.version(dist_name)
+            return dist.metadata["Name"], dist.version
         except Exception:  # noqa: BLE001
             return None
 
-    def _names(self) -> dict[str, str]:
-        if self._map is None:
-            found: dict[str, str] = {}
-            without: list[metadata.Distribution] = []
+    def _providing(self, top: str) -> metadata.Distribution | None:
+        """The distribution whose top_level.txt names ``top``, or whose RECORD has ``top/`` or
+        ``top.py`` (a text search: parsing the RECORD of torch takes seconds)."""
+        if self._top_level is None:
+            self._top_level = {}
             for dist in metadata.distributions():
-                name = dist.metadata["Name"]
-                if not name:
-                    continue
                 text = dist.read_text("top_level.txt")
                 if text:
                     for line in text.split():
-                        found.setdefault(line.strip(), name)
+                        self._top_level.setdefault(line.strip(), dist)  # type: ignore[arg-type]
                 else:
-                    without.append(dist)
-            for dist in without:  # no top_level.txt: the first folder of each file it installed
-                for file in dist.files or ():
-                    top = file.parts[0] if file.parts else ""
-                    if top.endswith(".py"):
-                        top = top[:-3]
-                    if top and "." not in top and not top.endswith("-info"):
-                        found.setdefault(top, dist.metadata["Name"])
-            self._map = found
-        return self._map
+                    self._without.append(dist)
+        found = self._top_level.get(top)
+        if found is not None:
+            return found  # type: ignore[return-value]
+        pattern = re.compile(rf"\n{re.escape(top)}(/|\.py,|\.[^/\n]*\.(so|pyd),)")
+        for i, dist in enumerate(self._without):
+            record = self._records.get(i)
+            if record is None:
+                record = "\n" + (dist.read_text("RECORD") or "")
+                self._records[i] = record
+            if pattern.search(record):
+                return dist
+        return None
+
+
+_DISTRIBUTIONS: dict[tuple[str, ...], _Distributions] = {}  # per sys.path: one lookup per process
 
 
 def package_versions(tops: set[str]) -> dict[str, str]:
     """distribution -> version for the installed distributions providing these top-level names."""
-    dists = _Distributions()
+    dists = _DISTRIBUTIONS.setdefault(tuple(sys.path), _Distributions())
     out: dict[str, str] = {}
     for top in sorted(tops):
         found = dists.version_of(top)
