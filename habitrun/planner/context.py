@@ -20,6 +20,7 @@ from habitrun.planner.code import CodeInfo, code_info
 from habitrun.planner.files import (
     Digester,
     SubjectFiles,
+    cell_paths,
     file_columns,
     load_known,
     scan_subjects,
@@ -85,31 +86,46 @@ class KeyContext:
             if info.variant is None:
                 found = subject_parts(self.subjects)
             else:
-                found = variant_parts(self.subjects, info.stage.fields, self._file_texts(info))
+                found = variant_parts(self.subjects, info.stage.fields, self._file_texts(info), info.file_cols)
             self._parts[info_key] = found
         return found
 
-    def _file_texts(self, info: StageInputs) -> dict[str, str] | None:
+    def _file_texts(self, info: StageInputs) -> Mapping[str, str] | None:
         if self.files is None or not info.file_cols:
             return None
-        table = self.files.lenient if info.mode == "lenient" else self.files.content
+        lenient = info.mode == "lenient"
+        table = self.files.lenient if lenient else self.files.content
+        if info.file_cols == self.files.columns:
+            return table  # every column: joined once by the scan
         index = [self.files.columns.index(c) for c in info.file_cols]
-        names = info.file_cols
-        return {
-            sid: "\x1e".join(f"{names[n]}:{texts[i]}" for n, i in enumerate(index))
-            for sid, texts in table.items()
-        }
+        return {sid: "\x1e".join([texts.split("\x1e")[i] for i in index]) for sid, texts in table.items()}
 
-    def subject_files(self, name: str, sid: str) -> dict[str, str]:
-        """column -> the text of a subject's files in stage ``name`` (for reasons)."""
+    def subject_files(self, name: str, sid: str, fields: Mapping[str, Any]) -> dict[str, str]:
+        """column -> ``path=digest;...`` (lenient: ``path#size``) of a subject's files in stage
+        ``name``, as its records keep them for reasons."""
         info = self.stages[name]
         if self.files is None or not info.file_cols:
             return {}
-        table = self.files.lenient if info.mode == "lenient" else self.files.content
-        texts = table.get(sid)
-        if texts is None:
+        lenient = info.mode == "lenient"
+        texts = self.files.per_column(sid, lenient)
+        if not texts:
             return {}
-        return {c: texts[self.files.columns.index(c)] for c in info.file_cols}
+        sep = "#" if lenient else "="
+        out = {}
+        for col in info.file_cols:
+            text = texts[self.files.columns.index(col)]
+            if not text:
+                out[col] = ""
+                continue
+            values = text.split(";")
+            paths = cell_paths(fields.get(col))
+            if len(paths) != len(values):
+                paths = [f"#{i}" for i in range(len(values))]
+            out[col] = ";".join(
+                f"{p.rstrip('/')}/{sep}{v[1:]}" if v.startswith("/") else f"{p}{sep}{v}"
+                for p, v in zip(paths, values, strict=True) if v or p
+            )
+        return out
 
     def save(self, store: CheckpointStore | None) -> None:
         """Keep the digests of files read for this plan in the store's table (best effort)."""
@@ -167,7 +183,8 @@ def build_context(
         )
         if columns:
             try:
-                files = scan_subjects(loaded, subjects, columns, digester)
+                files = scan_subjects(loaded, subjects, columns, digester,
+                                      lenient=any(m == "lenient" for m in modes.values()))
             except RecipeError as exc:
                 problems.extend(exc.problems)
     stages: dict[str, StageInputs] = {}

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from habitrun.errors import RecipeError
 from habitrun.spec.subjects import row_locations
-from habitrun.store.filetable import FileStat, known_files, remember_files
+from habitrun.store.filetable import DIGEST_CHARS, known_files, remember_files, stat_text
 
 if TYPE_CHECKING:
     from habitrun.spec.loader import LoadedRecipe
@@ -76,7 +76,7 @@ class FileProblem(Exception):
 class Digester:
     """Digests of files, from the store's table where a stat allows, else by reading them."""
 
-    known: Mapping[str, FileStat]
+    known: Mapping[str, str]  # path -> size:mtime_ns:inode:digest (habitrun.store.filetable)
     deep: bool = False
     content: bool = True  # False: lenient only, nothing is read
     check_readable: bool = False  # lenient only: still say which files cannot be read (validate)
@@ -87,10 +87,10 @@ class Digester:
 
     def _content(self, path: str, st: os.stat_result) -> str:
         k = self.known.get(path)
-        if not self.deep and k is not None and k[0] == st.st_size and k[1] == st.st_mtime_ns and k[2] == st.st_ino:
+        if not self.deep and k is not None and k[:-DIGEST_CHARS] == stat_text(st.st_size, st.st_mtime_ns, st.st_ino):
             if (st.st_mode & 0o444) != 0o444 and not os.access(path, os.R_OK):
                 raise FileProblem("cannot be read (permission denied)")
-            return k[3]
+            return k[-DIGEST_CHARS:]
         done = self._memo.get(path)
         if done is not None:
             return done
@@ -106,7 +106,8 @@ class Digester:
         return digest
 
     def entry(self, written: str, path: str) -> tuple[str, str]:
-        """(content text, lenient text) of one path as written: a file, or a folder of files."""
+        """(content text, lenient text) of one path: a file's digest and size; for a folder of
+        files, ``/`` and a digest of their relative paths and digests (and sizes)."""
         try:
             st = os.stat(path)
         except (FileNotFoundError, NotADirectoryError):
@@ -117,8 +118,7 @@ class Digester:
         if not statmod.S_ISDIR(st.st_mode):
             if self.check_readable and not self.content and not os.access(path, os.R_OK):
                 raise FileProblem("cannot be read (permission denied)")
-            content = f"{written}={self._content(path, st)}" if self.content else ""
-            return content, f"{written}#{st.st_size}"
+            return (self._content(path, st) if self.content else ""), str(st.st_size)
         listing_c = hashlib.blake2b(digest_size=16)
         listing_l = hashlib.blake2b(digest_size=16)
         for rel, full, sub in _walk(path):
@@ -126,9 +126,7 @@ class Digester:
             if self.content:
                 listing_c.update(f"{rel}={self._content(full, sub)}\n".encode("utf-8", "surrogatepass"))
             listing_l.update(f"{rel}#{sub.st_size}\n".encode("utf-8", "surrogatepass"))
-        folder = written.rstrip("/") + "/"
-        content = f"{folder}={listing_c.hexdigest()}" if self.content else ""
-        return content, f"{folder}#{listing_l.hexdigest()}"
+        return ("/" + listing_c.hexdigest() if self.content else ""), "/" + listing_l.hexdigest()
 
     def save(self, store: CheckpointStore | None) -> None:
         """Remember what was hashed (best effort) so the next plan does not read it again."""
@@ -161,11 +159,17 @@ def _walk(folder: str) -> list[tuple[str, str, os.stat_result]]:
 
 @dataclass
 class SubjectFiles:
-    """Per subject, per file column (sorted), the text that enters its keys."""
+    """Per subject, the text of its files that enters its keys: for each file column (sorted),
+    the digests of the cell's paths joined by ``;`` (a folder: ``/`` and its listing's digest),
+    the columns joined by ``\x1e``. The paths themselves are in the manifest row."""
 
     columns: tuple[str, ...]
-    content: dict[str, tuple[str, ...]]  # empty when no stage reads content
-    lenient: dict[str, tuple[str, ...]]
+    content: dict[str, str]  # empty when no stage reads content
+    lenient: dict[str, str]  # sizes instead of digests; empty when no stage is lenient
+
+    def per_column(self, sid: str, lenient: bool) -> tuple[str, ...]:
+        text = (self.lenient if lenient else self.content).get(sid)
+        return tuple(text.split("\x1e")) if text is not None else ()
 
 
 def scan_subjects(
@@ -173,24 +177,51 @@ def scan_subjects(
     subjects: Sequence[Any],
     columns: Mapping[str, bool],
     digester: Digester,
+    *,
+    lenient: bool = False,
 ) -> SubjectFiles:
     """Every subject's files, fingerprinted; a RecipeError (exit 2) naming manifest line, column
-    and path for each missing or unreadable file, and each required cell left empty."""
+    and path for each missing or unreadable file, and each required cell left empty.
+
+    ``lenient``: also the size texts. The loop is written for the common case (one readable
+    file per cell, its stat as the store's table has it): a ``stat``, a dict lookup and a
+    compare; anything else goes through :meth:`Digester.entry`.
+    """
     cols = tuple(sorted(columns))
-    root = str(loaded.root)
-    content: dict[str, tuple[str, ...]] = {}
-    lenient: dict[str, tuple[str, ...]] = {}
+    plan = [(col, columns[col]) for col in cols]
+    root = str(loaded.root) + os.sep
+    content: dict[str, str] = {}
+    lenients: dict[str, str] = {}
     problems: list[tuple[str, str, str]] = []  # (subject, column, message)
     entry = digester.entry
+    known_get = digester.known.get
+    fast = digester.content and not digester.deep and not lenient
+    stat = os.stat
     sep = os.sep
+    odd_first = " ~" + sep
+    cut = -DIGEST_CHARS
     for row in subjects:
         fields = row.fields
         per_c: list[str] = []
         per_l: list[str] = []
-        for col in cols:
-            paths = cell_paths(fields.get(col))
+        for col, required in plan:
+            cell = fields.get(col)
+            if fast and cell.__class__ is str and cell and ";" not in cell and cell[0] not in odd_first \
+                    and cell[-1] != " ":
+                full = root + cell
+                try:
+                    st = stat(full)
+                except OSError:
+                    st = None
+                # a regular file readable by all, whose stat is the one its digest was taken at
+                if st is not None and st.st_mode & 0o170444 == 0o100444:
+                    k = known_get(full)
+                    if k is not None and k[:cut] == f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}:":
+                        per_c.append(k[cut:])
+                        continue
+            paths = cell_paths(cell)
             if not paths:
-                if columns[col]:
+                if required:
                     problems.append((row.id, col, "no file given (the column is required; mark it optional in subjects.files)"))
                 per_c.append("")
                 per_l.append("")
@@ -198,7 +229,7 @@ def scan_subjects(
             cs: list[str] = []
             ls: list[str] = []
             for written in paths:
-                full = written if written.startswith(sep) else root + sep + written
+                full = written if written.startswith(sep) else root + written
                 try:
                     c, lt = entry(written, os.path.expanduser(full) if full.startswith("~") else full)
                 except FileProblem as exc:
@@ -210,15 +241,16 @@ def scan_subjects(
             per_l.append(";".join(ls))
         if problems and len(problems) >= MAX_PROBLEMS:
             break
-        content[row.id] = tuple(per_c)
-        lenient[row.id] = tuple(per_l)
+        content[row.id] = "\x1e".join(per_c)
+        if lenient:
+            lenients[row.id] = "\x1e".join(per_l)
     if problems:
         where = row_locations(loaded, {sid for sid, _, _ in problems})
         source = loaded.recipe.subjects.manifest
         raise RecipeError([
             f"{where.get(sid, source)}: {col}: subject {sid!r}: {message}" for sid, col, message in problems
         ])
-    return SubjectFiles(cols, content if digester.content else {}, lenient)
+    return SubjectFiles(cols, content if digester.content else {}, lenients)
 
 
 def stage_inputs(loaded: LoadedRecipe, stage_index: int, digester: Digester, *, lenient: bool) -> dict[str, str]:
@@ -244,12 +276,12 @@ def stage_inputs(loaded: LoadedRecipe, stage_index: int, digester: Digester, *, 
             except FileProblem as exc:
                 problems.append(f"{loaded.locate(('stages', stage_index, 'inputs', j))}: {written} {exc}")
                 continue
-            out[written] = lt.rpartition("#")[2] if lenient else c.rpartition("=")[2]
+            out[written] = lt if lenient else c
     if problems:
         raise RecipeError(problems)
     return out
 
 
-def load_known(store: CheckpointStore | None) -> dict[str, FileStat]:
+def load_known(store: CheckpointStore | None) -> dict[str, str]:
     """The store's file table (see :mod:`habitrun.store.filetable`)."""
     return known_files(store)

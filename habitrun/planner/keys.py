@@ -158,9 +158,11 @@ def variant_parts(
     subjects: Sequence[Any],
     fields: Sequence[str] | None,
     files: Mapping[str, str] | None,
+    file_columns: Sequence[str] = (),
 ) -> dict[str, str]:
     """subject id -> subject part over only the manifest columns ``fields`` (None: all) and the
-    text of the subject's input files (``files``: id -> text; None: no file columns).
+    text of the subject's input files (``files``: id -> text of ``file_columns``, in order;
+    None: no file columns).
 
     With neither, this is :func:`subject_parts` (so keys of a study without file columns are
     the ones habitrun always computed).
@@ -173,11 +175,18 @@ def variant_parts(
     cols = tuple(sorted(fields)) if fields is not None else None
     getter = itemgetter(*cols) if cols else None
     head = "f" + repr(cols) if cols is not None else ""
+    tail = "\x00files\x00" + repr(tuple(file_columns)) + "\x00" if files is not None else ""
     memo: list = []
     for row in subjects:
         sid, row_fields = row.id, row.fields
         if cols is None:
-            text = _row_text(row_fields, memo)
+            if memo and len(row_fields) == len(memo[0]) and len(memo[0]) > 1:
+                try:
+                    text = memo[2] + repr(memo[1](row_fields))
+                except KeyError:
+                    text = _row_text(row_fields, memo)
+            else:
+                text = _row_text(row_fields, memo)
         elif not cols:
             text = head
         else:
@@ -187,9 +196,13 @@ def variant_parts(
                 values = tuple(row_fields.get(c) for c in cols) if len(cols) > 1 else row_fields.get(cols[0])
             text = head + (repr(values) if len(cols) > 1 else f"({values!r},)")
         if files is not None:
-            text += "\x00files\x00" + files[sid]
+            text = text + tail + files[sid]
         data = f"{len(sid)}:{sid}\x00{text}"
-        out[sid] = blake(data.encode("utf-8", "surrogatepass"), digest_size=size).hexdigest()
+        try:
+            raw = data.encode()
+        except UnicodeEncodeError:
+            raw = data.encode("utf-8", "surrogatepass")
+        out[sid] = blake(raw, digest_size=size).hexdigest()
     return out
 
 

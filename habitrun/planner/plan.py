@@ -519,7 +519,7 @@ def _subject_extra(context: KeyContext, stage_name: str, subjects: Sequence[Any]
             return {}
         fields = row.fields if stage.fields is None else {c: row.fields.get(c) for c in stage.fields}
         out: dict[str, Any] = {"fields": fields}
-        files = context.subject_files(stage_name, sid)
+        files = context.subject_files(stage_name, sid, row.fields)
         if files:
             out["files"] = files
         return out
