@@ -193,3 +193,25 @@ def test_components_json_is_the_components_as_the_store_keeps_them(tmp_path: Pat
             text = stage.components_json(sid)
             assert json.loads(text) == stage.components[sid] and text == compact(stage.components[sid])
     assert json.loads(plan.stages["b"].components_json("S1"))["upstream"] == {"a": plan.stages["a"].keys["S1"]}
+
+
+def test_a_stage_downstream_of_one_keyed_on_fewer_fields_still_sees_every_change(tmp_path: Path) -> None:
+    recipe = write_study(tmp_path)
+    recipe.write_text(recipe.read_text().replace(
+        '{name: a, operator: "ops_a:load", params: {scale: 2}}',
+        '{name: a, operator: "ops_a:load", params: {scale: 2}, fields: [x]}'))
+    loaded, subjects = load(recipe)
+    with CheckpointStore.open(loaded.store_dir()) as store:
+        ran = run_like_the_engine(loaded, subjects, store)
+        assert ran.stages["a"].variant != ran.stages["b"].variant
+        assert replan(recipe, store).counts()["done"] == 11
+        manifest = recipe.parent / "subjects.csv"
+        manifest.write_text(manifest.read_text().replace("S2,20,site0", "S2,20,site9"))
+        plan = replan(recipe, store)
+        assert statuses(plan, "a") == dict.fromkeys(IDS, DONE)  # a keys on x only
+        assert statuses(plan, "b") == {**dict.fromkeys(IDS, DONE), "S2": STALE}
+        assert plan.stages["b"].reasons["S2"] == ["manifest row changed: site site0 → site9"]
+        manifest.write_text(manifest.read_text().replace("S2,20,site9", "S2,21,site0"))
+        plan = replan(recipe, store)
+        assert plan.stages["a"].reasons == {"S2": ["manifest row changed: x 20 → 21"]}
+        assert plan.stages["b"].reasons == {"S2": ["manifest row changed: x 20 → 21", "upstream 'a' changed"]}
