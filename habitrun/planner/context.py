@@ -22,7 +22,6 @@ from habitrun.planner.files import (
     SubjectFiles,
     cell_paths,
     file_columns,
-    load_known,
     scan_subjects,
     stage_inputs,
 )
@@ -176,7 +175,7 @@ def build_context(
     problems: list[str] = []
     if needs_files:
         digester = Digester(
-            {} if verify_only else load_known(store),
+            None if verify_only else store,
             deep=any(m == "deep" for m in modes.values()),
             content=not verify_only and any(m != "lenient" for m in modes.values()),
             check_readable=verify_only,

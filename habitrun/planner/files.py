@@ -20,6 +20,7 @@ from __future__ import annotations
 import glob
 import hashlib
 import os
+import re
 import stat as statmod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,7 +28,13 @@ from typing import TYPE_CHECKING, Any
 
 from habitrun.errors import RecipeError
 from habitrun.spec.subjects import row_locations
-from habitrun.store.filetable import DIGEST_CHARS, known_files, remember_files, stat_text
+from habitrun.store.filetable import (
+    DIGEST_CHARS,
+    known_files,
+    remember_files,
+    remember_snapshots,
+    stat_text,
+)
 
 if TYPE_CHECKING:
     from habitrun.spec.loader import LoadedRecipe
@@ -76,7 +83,7 @@ class FileProblem(Exception):
 class Digester:
     """Digests of files, from the store's table where a stat allows, else by reading them."""
 
-    known: Mapping[str, str]  # path -> size:mtime_ns:inode:digest (habitrun.store.filetable)
+    store: CheckpointStore | None
     deep: bool = False
     content: bool = True  # False: lenient only, nothing is read
     check_readable: bool = False  # lenient only: still say which files cannot be read (validate)
@@ -84,6 +91,24 @@ class Digester:
     bytes_read: int = 0
     files: int = 0
     _memo: dict[str, str] = field(default_factory=dict)
+    _known: Mapping[str, str] | None = None
+    snapshots: dict[str, str] = field(default_factory=dict)  # to write: meta name -> value
+
+    @property
+    def known(self) -> Mapping[str, str]:
+        """path -> size:mtime_ns:inode:digest (habitrun.store.filetable), loaded when first asked."""
+        if self._known is None:
+            self._known = known_files(self.store)
+        return self._known
+
+    def snapshot(self, name: str) -> str | None:
+        """A column's snapshot kept by an earlier plan (see :func:`scan_subjects`)."""
+        if self.store is None:
+            return None
+        try:
+            return self.store.meta(name)
+        except Exception:  # noqa: BLE001 - a cache: a store that cannot say means "none"
+            return None
 
     def _content(self, path: str, st: os.stat_result) -> str:
         k = self.known.get(path)
@@ -133,6 +158,9 @@ class Digester:
         if store is not None and self.fresh:
             remember_files(store, self.fresh)
             self.fresh = []
+        if store is not None and self.snapshots:
+            remember_snapshots(store, self.snapshots)
+            self.snapshots = {}
 
 
 def _walk(folder: str) -> list[tuple[str, str, os.stat_result]]:
@@ -172,6 +200,50 @@ class SubjectFiles:
         return tuple(text.split("\x1e")) if text is not None else ()
 
 
+_PLAIN_CELLS = re.compile(r"(?:[^\s;~/\n][^;\n]*[^\s;]\n|[^\s;~/\n]\n)*")  # one relative path a cell
+
+
+def _column_stats(root: str, cells: list[Any]) -> list[os.stat_result] | None:
+    """The stat of each cell's file when every cell is one plain relative path to a regular file
+    readable by all (the common case, decided for the whole column at once); else None."""
+    if not all(cell.__class__ is str for cell in cells):
+        return None
+    if not _PLAIN_CELLS.fullmatch("\n".join(cells) + "\n"):
+        return None
+    stat = os.stat
+    out = []
+    put = out.append
+    try:
+        for cell in cells:
+            st = stat(root + cell)
+            if st.st_mode & 0o170444 != 0o100444:
+                return None
+            put(st)
+    except OSError:
+        return None
+    return out
+
+
+def _column_from_table(root: str, cells: list[str], stats: list[os.stat_result], known: Mapping[str, str]) -> list[str | None]:
+    """Per cell, the digest the store's table has for its file when the file's stat is the one
+    it was hashed at, else None."""
+    cut = -DIGEST_CHARS
+    out: list[str | None] = []
+    put = out.append
+    known_get = known.get
+    for cell, st in zip(cells, stats, strict=True):
+        k = known_get(root + cell)
+        put(k[cut:] if k is not None and k[:cut] == f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}:" else None)
+    return out
+
+
+def _stats_digest(cells: list[str], stats: list[os.stat_result]) -> str:
+    """One digest of a column's paths and their files' stats: equal, and no file changed."""
+    sigs = [f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}" for st in stats]
+    text = "\n".join(cells) + "\x00" + "\n".join(sigs)
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
 def scan_subjects(
     loaded: LoadedRecipe,
     subjects: Sequence[Any],
@@ -183,74 +255,83 @@ def scan_subjects(
     """Every subject's files, fingerprinted; a RecipeError (exit 2) naming manifest line, column
     and path for each missing or unreadable file, and each required cell left empty.
 
-    ``lenient``: also the size texts. The loop is written for the common case (one readable
-    file per cell, its stat as the store's table has it): a ``stat``, a dict lookup and a
-    compare; anything else goes through :meth:`Digester.entry`.
+    ``lenient``: also the size texts. Column by column, the common case (one plain relative
+    path a cell) is decided at once: every file is ``stat``-ed, and when the paths and stats
+    are those of the column's snapshot (kept by the last plan that saw them: its stats' digest
+    and its files' digests) the digests are taken from it, nothing else read. Otherwise each
+    file whose stat is the one in the store's file table takes its digest from there; every
+    other cell goes through :meth:`Digester.entry`.
     """
     cols = tuple(sorted(columns))
-    plan = [(col, columns[col]) for col in cols]
     root = str(loaded.root) + os.sep
-    content: dict[str, str] = {}
-    lenients: dict[str, str] = {}
-    problems: list[tuple[str, str, str]] = []  # (subject, column, message)
-    entry = digester.entry
-    known_get = digester.known.get
-    fast = digester.content and not digester.deep and not lenient
-    stat = os.stat
     sep = os.sep
-    odd_first = " ~" + sep
-    cut = -DIGEST_CHARS
-    for row in subjects:
-        fields = row.fields
-        per_c: list[str] = []
-        per_l: list[str] = []
-        for col, required in plan:
-            cell = fields.get(col)
-            if fast and cell.__class__ is str and cell and ";" not in cell and cell[0] not in odd_first \
-                    and cell[-1] != " ":
-                full = root + cell
-                try:
-                    st = stat(full)
-                except OSError:
-                    st = None
-                # a regular file readable by all, whose stat is the one its digest was taken at
-                if st is not None and st.st_mode & 0o170444 == 0o100444:
-                    k = known_get(full)
-                    if k is not None and k[:cut] == f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}:":
-                        per_c.append(k[cut:])
-                        continue
-            paths = cell_paths(cell)
-            if not paths:
-                if required:
-                    problems.append((row.id, col, "no file given (the column is required; mark it optional in subjects.files)"))
-                per_c.append("")
-                per_l.append("")
+    ids = [row.id for row in subjects]
+    problems: list[tuple[str, str, str]] = []  # (subject, column, message)
+    per_column: list[list[str]] = []
+    per_column_l: list[list[str]] = []
+    fast = digester.content and not digester.deep and not lenient
+    for col in cols:
+        required = columns[col]
+        cells = [row.fields.get(col) for row in subjects]
+        found: list[str | None] | None = None
+        stats = _column_stats(root, cells) if fast else None
+        if stats is not None:
+            name = f"files:{col}"
+            stamp = _stats_digest(cells, stats)
+            snap = digester.snapshot(name)
+            if snap is not None and snap.startswith(stamp + "\n"):
+                digests = snap[len(stamp) + 1:].split(";")
+                if len(digests) == len(cells):
+                    digester.files += len(cells)
+                    per_column.append(digests)
+                    per_column_l.append([])
+                    continue
+            found = _column_from_table(root, cells, stats, digester.known)
+        texts: list[str] = []
+        sizes: list[str] = []
+        for i, cell in enumerate(cells):
+            if found is not None and found[i] is not None:
+                texts.append(found[i])  # type: ignore[arg-type]
                 continue
+            paths = cell_paths(cell)
+            if not paths and required:
+                problems.append((ids[i], col, "no file given (the column is required; mark it optional in subjects.files)"))
             cs: list[str] = []
             ls: list[str] = []
             for written in paths:
                 full = written if written.startswith(sep) else root + written
                 try:
-                    c, lt = entry(written, os.path.expanduser(full) if full.startswith("~") else full)
+                    c, lt = digester.entry(written, os.path.expanduser(full) if full.startswith("~") else full)
                 except FileProblem as exc:
-                    problems.append((row.id, col, f"{written} {exc}"))
+                    problems.append((ids[i], col, f"{written} {exc}"))
                     continue
                 cs.append(c)
                 ls.append(lt)
-            per_c.append(";".join(cs))
-            per_l.append(";".join(ls))
-        if problems and len(problems) >= MAX_PROBLEMS:
+            texts.append(";".join(cs))
+            sizes.append(";".join(ls))
+            if len(problems) >= MAX_PROBLEMS:
+                break
+        per_column.append(texts)
+        per_column_l.append(sizes)
+        if stats is not None and not problems:
+            digester.snapshots[f"files:{col}"] = stamp + "\n" + ";".join(texts)
+        if len(problems) >= MAX_PROBLEMS:
             break
-        content[row.id] = "\x1e".join(per_c)
-        if lenient:
-            lenients[row.id] = "\x1e".join(per_l)
     if problems:
         where = row_locations(loaded, {sid for sid, _, _ in problems})
         source = loaded.recipe.subjects.manifest
         raise RecipeError([
             f"{where.get(sid, source)}: {col}: subject {sid!r}: {message}" for sid, col, message in problems
         ])
-    return SubjectFiles(cols, content if digester.content else {}, lenients)
+    content: dict[str, str] = {}
+    if digester.content:
+        joined = per_column[0] if len(per_column) == 1 else list(map("\x1e".join, zip(*per_column, strict=True)))
+        content = dict(zip(ids, joined, strict=True))
+    lenients: dict[str, str] = {}
+    if lenient:
+        joined = per_column_l[0] if len(per_column_l) == 1 else list(map("\x1e".join, zip(*per_column_l, strict=True)))
+        lenients = dict(zip(ids, joined, strict=True))
+    return SubjectFiles(cols, content, lenients)
 
 
 def stage_inputs(loaded: LoadedRecipe, stage_index: int, digester: Digester, *, lenient: bool) -> dict[str, str]:
@@ -280,8 +361,3 @@ def stage_inputs(loaded: LoadedRecipe, stage_index: int, digester: Digester, *, 
     if problems:
         raise RecipeError(problems)
     return out
-
-
-def load_known(store: CheckpointStore | None) -> dict[str, str]:
-    """The store's file table (see :mod:`habitrun.store.filetable`)."""
-    return known_files(store)

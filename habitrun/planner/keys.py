@@ -177,16 +177,20 @@ def variant_parts(
     head = "f" + repr(cols) if cols is not None else ""
     tail = "\x00files\x00" + repr(tuple(file_columns)) + "\x00" if files is not None else ""
     memo: list = []
+    if cols is None and subjects:
+        _row_text(subjects[0].fields, memo)  # the manifest's columns, sorted, and a getter for them
+    width = len(memo[0]) if memo else -1
     for row in subjects:
         sid, row_fields = row.id, row.fields
         if cols is None:
-            if memo and len(row_fields) == len(memo[0]) and len(memo[0]) > 1:
+            text = None
+            if len(row_fields) == width and width > 1:
                 try:
                     text = memo[2] + repr(memo[1](row_fields))
                 except KeyError:
-                    text = _row_text(row_fields, memo)
-            else:
-                text = _row_text(row_fields, memo)
+                    pass
+            if text is None:
+                text = _row_text(row_fields, [])
         elif not cols:
             text = head
         else:
@@ -195,9 +199,7 @@ def variant_parts(
             except KeyError:
                 values = tuple(row_fields.get(c) for c in cols) if len(cols) > 1 else row_fields.get(cols[0])
             text = head + (repr(values) if len(cols) > 1 else f"({values!r},)")
-        if files is not None:
-            text = text + tail + files[sid]
-        data = f"{len(sid)}:{sid}\x00{text}"
+        data = f"{len(sid)}:{sid}\x00{text}{tail}{files[sid]}" if files is not None else f"{len(sid)}:{sid}\x00{text}"
         try:
             raw = data.encode()
         except UnicodeEncodeError:

@@ -59,3 +59,14 @@ def remember_files(store: CheckpointStore, rows: Iterable[tuple[str, int, int, i
     except (sqlite3.Error, OSError):
         return False
     return True
+
+
+def remember_snapshots(store: CheckpointStore, snapshots: dict[str, str]) -> bool:
+    """Keep per-column snapshots (a digest of paths and stats, then the files' digests) in the
+    store's meta table, best effort: a no-op plan then reads one row a column, not the table."""
+    try:
+        with store._transaction() as con:
+            con.executemany("INSERT OR REPLACE INTO habitrun_meta VALUES (?, ?)", list(snapshots.items()))
+    except (sqlite3.Error, OSError):
+        return False
+    return True
