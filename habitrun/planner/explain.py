@@ -97,6 +97,8 @@ def _files(old: Mapping[str, str], new: Mapping[str, str]) -> list[str]:
 
 
 def _row(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    if set(new) < set(old) and len(old) - len(new) > 1 and all(old[c] == new[c] for c in new):
+        return [f"manifest columns in the key now: {', '.join(sorted(new))}"]  # the stage lists its fields
     changes = []
     for col in sorted(set(old) | set(new)):
         if col not in old:

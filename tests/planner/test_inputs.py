@@ -235,3 +235,17 @@ def test_an_unreadable_file_is_an_error(study: Path) -> None:
     (study / "data" / "s1.txt").chmod(0)
     done = habitrun(study, "plan", "recipe.yaml")
     assert done.returncode == 2 and "data/s1.txt cannot be read (permission denied)" in done.stdout + done.stderr
+
+
+def test_a_stage_whose_fields_are_file_columns_ignores_the_other_columns(study: Path) -> None:
+    only_files = "stages.normalise.fields=[image, mask]"
+    assert not_done(plan_json(study, only_files))["normalise"]["s1"] == [
+        "manifest columns in the key now: image, mask"]
+    run_calls(study, only_files)
+    manifest = study / "subjects.csv"
+    lines = manifest.read_text().splitlines()
+    manifest.write_text("\n".join([lines[0] + ",qc"] + [line.replace(",61", ",70") + ",ok" for line in lines[1:]]) + "\n")
+    stale = not_done(plan_json(study, only_files))
+    assert "normalise" not in stale and set(stale["features"]) == set(SUBJECTS)  # features keys on every column
+    (study / "data" / "s2.txt").write_text("changed")
+    assert not_done(plan_json(study, only_files))["normalise"] == {"s2": ["image: data/s2.txt content changed"]}
