@@ -381,15 +381,22 @@ class CheckpointStore:
         """
         if not moves:
             return 0
-        with self._transaction() as con:
-            moved = 0
-            for old, new, components in moves:
-                cur = con.execute(
-                    f"UPDATE OR REPLACE {_RECORDS} SET key = ?, components = ? WHERE key = ?", (new, components, old)
-                )
-                moved += cur.rowcount
-                if self._cache_used:
-                    con.execute("UPDATE OR REPLACE Cache SET key = ? WHERE key = ? AND raw = 1", (new, old))
+        moved = 0
+        try:
+            with self._transaction() as con:
+                for old, new, components in moves:
+                    cur = con.execute(
+                        f"UPDATE OR REPLACE {_RECORDS} SET key = ?, components = ? WHERE key = ?",
+                        (new, components, old),
+                    )
+                    moved += cur.rowcount
+                    if self._cache_used:
+                        con.execute("UPDATE OR REPLACE Cache SET key = ? WHERE key = ? AND raw = 1", (new, old))
+        except sqlite3.Error as exc:
+            raise StoreError(
+                f"cannot move {len(moves)} stored result(s) to today's keys in {self.directory} ({exc}); "
+                "nothing was changed, and `habitrun plan` still counts them done"
+            ) from None
         return moved
 
     def stage_packages(self, stage: str, *, prefix: str = "", key: str | None = None) -> list[dict]:
