@@ -4,7 +4,9 @@ Reads the recipe, the manifest and (if there is one) the checkpoint store,
 and prints per stage how many subjects are done, failed, stale, pending,
 forced or blocked. ``--reason`` says why each one that would run (or
 cannot) is in that state; ``--json`` prints it all for machines. A store is
-never created or written here.
+never created here, and no record is written: only the digests of input files
+that had to be read go into an existing store's file table, so the next plan
+does not read them again.
 """
 
 from __future__ import annotations
