@@ -200,21 +200,26 @@ class SubjectFiles:
         return tuple(text.split("\x1e")) if text is not None else ()
 
 
-_PLAIN_CELLS = re.compile(r"(?:[^\s;~/\n][^;\n]*[^\s;]\n|[^\s;~/\n]\n)*")  # one relative path a cell
+_PLAIN_CELLS = re.compile(r"(?:[^\s;~/\n][^;\n]*[^\s;]\n|[^\s;~/\n]\n|\n)*")  # one relative path a cell, or none
 
 
-def _column_stats(root: str, cells: list[Any]) -> list[os.stat_result] | None:
-    """The stat of each cell's file when every cell is one plain relative path to a regular file
-    readable by all (the common case, decided for the whole column at once); else None."""
+def _column_stats(root: str, cells: list[Any], required: bool) -> list[os.stat_result | None] | None:
+    """The stat of each cell's file (None for an empty cell of an optional column) when every
+    cell is one plain relative path to a regular file readable by all, or empty (the common
+    case, decided for the whole column at once); else None."""
     if not all(cell.__class__ is str for cell in cells):
         return None
-    if not _PLAIN_CELLS.fullmatch("\n".join(cells) + "\n"):
+    joined = "\n".join(cells) + "\n"
+    if not _PLAIN_CELLS.fullmatch(joined) or (required and "\n\n" in "\n" + joined):
         return None
     stat = os.stat
-    out = []
+    out: list[os.stat_result | None] = []
     put = out.append
     try:
         for cell in cells:
+            if not cell:
+                put(None)
+                continue
             st = stat(root + cell)
             if st.st_mode & 0o170444 != 0o100444:
                 return None
@@ -224,22 +229,26 @@ def _column_stats(root: str, cells: list[Any]) -> list[os.stat_result] | None:
     return out
 
 
-def _column_from_table(root: str, cells: list[str], stats: list[os.stat_result], known: Mapping[str, str]) -> list[str | None]:
+def _column_from_table(root: str, cells: list[str], stats: list[os.stat_result | None],
+                       known: Mapping[str, str]) -> list[str | None]:
     """Per cell, the digest the store's table has for its file when the file's stat is the one
-    it was hashed at, else None."""
+    it was hashed at ("" for an empty cell), else None."""
     cut = -DIGEST_CHARS
     out: list[str | None] = []
     put = out.append
     known_get = known.get
     for cell, st in zip(cells, stats, strict=True):
+        if st is None:
+            put("")
+            continue
         k = known_get(root + cell)
         put(k[cut:] if k is not None and k[:cut] == f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}:" else None)
     return out
 
 
-def _stats_digest(cells: list[str], stats: list[os.stat_result]) -> str:
+def _stats_digest(cells: list[str], stats: list[os.stat_result | None]) -> str:
     """One digest of a column's paths and their files' stats: equal, and no file changed."""
-    sigs = [f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}" for st in stats]
+    sigs = [f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}" if st is not None else "" for st in stats]
     text = "\n".join(cells) + "\x00" + "\n".join(sigs)
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
@@ -274,7 +283,7 @@ def scan_subjects(
         required = columns[col]
         cells = [row.fields.get(col) for row in subjects]
         found: list[str | None] | None = None
-        stats = _column_stats(root, cells) if fast else None
+        stats = _column_stats(root, cells, required) if fast else None
         if stats is not None:
             name = f"files:{col}"
             stamp = _stats_digest(cells, stats)
