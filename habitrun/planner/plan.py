@@ -444,7 +444,9 @@ def plan_stage(
         plan.package_changes = _package_changes(plan, info, store)
         return plan
 
-    rows = digests if digests is not None else _digests_for(subjects)
+    if digests is None and (info is None or info.variant is None):
+        digests = _digests_for(subjects)  # the subject parts of every stage keyed on the whole row
+    rows = digests if digests is not None else {}
     ids = list(rows) if len(rows) == len(subjects) else [row.id for row in subjects]
     unavailable: set[str] = set()
     for up in needs.values():
