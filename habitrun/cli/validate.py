@@ -53,8 +53,11 @@ def summary(loaded: LoadedRecipe, rows: list[SubjectRow]) -> str:
         f"recipe    {loaded.path}  ({recipe.name})",
         f"subjects  {len(rows)} from {recipe.subjects.manifest} (id column {recipe.subjects.id!r})",
         f"policy    {_policy_summary(recipe.policy)}",
-        "stages",
     ]
+    files = recipe.subjects.file_columns()
+    if files:
+        lines.append("files     " + ", ".join(f"{c} ({'required' if r else 'optional'})" for c, r in files.items()))
+    lines.append("stages")
     width = max(len(s.name) for s in recipe.stages)
     for stage in recipe.ordered_stages():
         target = stage.operator or stage.entrypoint or " ".join(stage.command or ())
@@ -64,6 +67,12 @@ def summary(loaded: LoadedRecipe, rows: list[SubjectRow]) -> str:
             extra += "  policy " + " ".join(f"{k}={v}" for k, v in override.items())
         if stage.launch is not None:
             extra += f"  ranks {stage.launch.nproc_per_node}"
+        if stage.fields is not None:
+            extra += f"  fields {', '.join(stage.fields)}"
+        if stage.inputs:
+            extra += f"  inputs {', '.join(stage.inputs)}"
+        if stage.code_version is not None:
+            extra += f"  code_version {stage.code_version}"
         lines.append(f"  {stage.name:<{width}}  {stage.kind:<7}  {target}{extra}")
     return "\n".join(lines)
 
