@@ -116,9 +116,10 @@ def fill_store(recipe: Path) -> tuple[int, float]:
 
 
 def forget_files(recipe: Path) -> None:
-    """Empty the store's file table: the next plan hashes every file again."""
+    """Empty the store's file table and column snapshots: the next plan hashes every file again."""
     con = sqlite3.connect(load_recipe(recipe).store_dir() / "cache.db")
     con.execute("DELETE FROM habitrun_file")
+    con.execute("DELETE FROM habitrun_meta WHERE name LIKE 'files:%'")
     con.commit()
     con.close()
 
