@@ -67,11 +67,15 @@ def cell_paths(cell: Any) -> list[str]:
 
 
 def hash_file(path: str) -> str:
-    """blake2b (128 bits) of a file's bytes."""
+    """blake2b (128 bits) of a file's bytes (``os.read`` on a descriptor: no file object, so a
+    small file costs an open, a read or two and a close)."""
     h = hashlib.blake2b(digest_size=16)
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        while chunk := os.read(fd, _CHUNK):
             h.update(chunk)
+    finally:
+        os.close(fd)
     return h.hexdigest()
 
 
@@ -129,6 +133,10 @@ class Digester:
         self.fresh.append((path, st.st_size, st.st_mtime_ns, st.st_ino, digest))
         self._memo[path] = digest
         return digest
+
+    def content_of(self, path: str, st: os.stat_result) -> str:
+        """The digest of a regular file whose ``stat`` the caller has taken."""
+        return self._content(path, st)
 
     def entry(self, written: str, path: str) -> tuple[str, str]:
         """(content text, lenient text) of one path: a file's digest and size; for a folder of
@@ -299,9 +307,19 @@ def scan_subjects(
         texts: list[str] = []
         sizes: list[str] = []
         for i, cell in enumerate(cells):
-            if found is not None and found[i] is not None:
-                texts.append(found[i])  # type: ignore[arg-type]
-                continue
+            if found is not None:
+                if found[i] is not None:
+                    texts.append(found[i])  # type: ignore[arg-type]
+                    continue
+                st = stats[i]  # type: ignore[index]
+                if st is not None:  # a plain path whose file changed (or is new): hash it
+                    try:
+                        texts.append(digester.content_of(root + cell, st))
+                    except FileProblem as exc:
+                        problems.append((ids[i], col, f"{cell} {exc}"))
+                        texts.append("")
+                    digester.files += 1
+                    continue
             paths = cell_paths(cell)
             if not paths and required:
                 problems.append((ids[i], col, "no file given (the column is required; mark it optional in subjects.files)"))
