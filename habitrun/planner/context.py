@@ -214,7 +214,8 @@ def build_context(
         if cols or stage.fields is not None:
             variant = (stage.fields, cols, mode == "lenient")
         legacy = None
-        if variant is None and not stage.inputs and stage.code_version is None and not (in_key and code.packages):
+        if not verify_only and variant is None and not stage.inputs and stage.code_version is None \
+                and not (in_key and code.packages):
             legacy = _legacy_fingerprint(stage, search_path, root)
         stages[stage.name] = StageInputs(
             stage=stage, code=code, fingerprint="\x00".join(pieces), inputs=inputs, mode=mode,
