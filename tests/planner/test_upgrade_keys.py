@@ -56,8 +56,7 @@ def test_a_store_of_the_previous_release_plans_all_done_and_run_reruns_nothing(s
 
     done = habitrun(study, "run", "recipe.yaml")
     assert done.returncode == 0, done.stdout + done.stderr
-    for stage, n in (("load", 3), ("scale", 3), ("table", 1)):
-        assert f"[{stage}] finished: 0 done, {n} cached, 0 failed" in done.stdout
+    assert "nothing to run: 7 subject-stage(s) already stored as done" in done.stdout
     after = keys(study)
     assert {s: len(k) for s, k in after.items()} == {"load": 3, "scale": 3, "table": 1}
     assert after != before  # moved to today's keys, nothing added
