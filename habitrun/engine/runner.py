@@ -371,7 +371,8 @@ class _StudyRunner:
 
     def outputs(self) -> dict[str, str]:
         """Each collect/train stage that is done -> the work folder its files are in."""
-        return {stage.name: str(work_dir(self.run_root, stage.name, GROUP_FILE_NAME))
+        return {stage.name: str(work_dir(self.run_root, stage.name, GROUP_FILE_NAME,
+                                         self.plans[stage.name].keys[GROUP_SUBJECT]))
                 for stage in self.selected
                 if stage.kind != "map" and stage.name in self.plans
                 and self.plans[stage.name].status.get(GROUP_SUBJECT) == SubjectStatus.DONE}
