@@ -21,6 +21,7 @@ from rich.table import Table
 
 from habitrun.cli.app import app
 from habitrun.cli.text import esc
+from habitrun.cli.validate import subjects_lines
 from habitrun.planner.plan import Plan, StagePlan, SubjectStatus, plan_study
 from habitrun.spec.loader import LoadedRecipe, load_recipe
 from habitrun.spec.subjects import load_subjects
@@ -142,6 +143,9 @@ def plan(
         where = f"store {loaded.store_dir()}" if store is not None else "no store yet: nothing has run"
         title = f"plan for {loaded.recipe.name} ({len(subjects)} subjects; {where})"
         console.print(counts_table(the_plan, esc(title)))
+        if getattr(subjects, "discovery", None) is not None:
+            for line in subjects_lines(loaded, subjects):
+                console.print(f"subjects: {esc(line)}", highlight=False)
         if reason:
             print_reasons(console, the_plan, store, limit)
         total = sum(len(s.to_run()) for s in the_plan)

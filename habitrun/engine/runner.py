@@ -22,8 +22,9 @@ from habitrun.engine.backends import BackendPool
 from habitrun.engine.control import StopFlag
 from habitrun.engine.recorder import Recorder
 from habitrun.engine.signals import exit_code_for, stop_on_signals
-from habitrun.errors import EXIT_FAILED_SUBJECTS, EXIT_OK
+from habitrun.errors import EXIT_FAILED_SUBJECTS, EXIT_OK, StoreError
 from habitrun.planner.plan import GROUP_SUBJECT, StagePlan, SubjectStatus, fingerprints, plan_stage
+from habitrun.spec.discover import write_table
 from habitrun.spec.gcpause import gc_paused
 from habitrun.spec.loader import LoadedRecipe
 from habitrun.spec.recipe import StageSpec
@@ -36,6 +37,7 @@ from habitrun.store.runs import RunFolder, work_dir
 Observer = Callable[[dict[str, Any]], None]
 GROUP_FILE_NAME = "_stage"  # log/work folder name of a collect or train stage's single task
 RESULT_BATCH = 256  # subjects whose upstream results are fetched from the store at once
+SUBJECTS_TABLE = "subjects.csv"  # the run folder's copy of the subjects found on disk
 
 
 @dataclass
@@ -158,6 +160,19 @@ class _StudyRunner:
                     self.observer(event)
 
     # ------------------------------------------------------------------ run
+    def write_found_subjects(self) -> None:
+        """Subjects found on disk: the table used goes into the run folder, incomplete ones are a warning."""
+        report = getattr(self.subjects, "discovery", None)
+        if report is None:
+            return
+        try:
+            write_table(self.run.path / SUBJECTS_TABLE, report.columns,
+                        [(row.id, row.fields) for row in self.subjects])
+        except OSError as exc:
+            raise StoreError(f"cannot write {self.run.path / SUBJECTS_TABLE}: {exc}") from None
+        if report.incomplete:
+            self.warnings.append(f"subjects found by {report.source}: {report.incomplete_text()}")
+
     def run(self) -> RunSummary:
         warning = self.store.check_recipe(
             self.recipe.name, self.loaded.sha256, strict=self.recipe.policy.strict_checkpoint_hash
@@ -170,6 +185,7 @@ class _StudyRunner:
             recipe_path=self.source_path,
             argv=self.argv,
         )
+        self.write_found_subjects()
         if self.resumed_from is not None:
             previous = self.resumed_from.read_provenance()
             self.chain = set(previous.get("run_chain", [])) | {self.resumed_from.run_id}

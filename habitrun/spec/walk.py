@@ -1,0 +1,203 @@
+"""Find the files a path template names: one walk, level by level, with os.scandir.
+
+Why not glob or a full index: the walk starts at the template's literal
+prefix and lists only folders that matched so far, down to the template's
+depth, so a 100,000-subject tree costs one ``scandir`` per subject folder and
+nothing for the rest of the disk (pybids indexes every file of a dataset
+first). Hidden names (``.DS_Store``, ``.git``) are skipped. A symlinked folder
+is followed once: a link to one of its own ancestors, or to a folder already
+reached at the same level, is not entered again. The result is sorted by path.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from habitrun.spec.pathtemplate import Segment, Template
+
+Match = tuple[str, str, dict[str, str]]
+"""(path as the template writes it, the path on disk, field values)."""
+
+
+@dataclass
+class WalkResult:
+    """Matches, sorted by path, and what the walk saw (for a message when nothing matched)."""
+
+    template: Template
+    start: Path
+    matches: list[Match] = field(default_factory=list)
+    reached: list[int] = field(default_factory=list)
+    """Per level: how many folders (or files, at the last level) matched so far."""
+    _levels: list[list[tuple[str, dict[str, str]]]] = field(default_factory=list, repr=False)
+
+    def nearest(self) -> str:
+        """Where the walk stopped and the existing path closest to what it looked for."""
+        return _nearest(self)
+
+
+def start_folder(template: Template, root: Path) -> Path:
+    """The folder the walk starts in: the template's literal prefix, against ``root``."""
+    base = Path("/" if template.absolute else ".", *template.base)
+    base = base.expanduser() if template.base and template.base[0].startswith("~") else base
+    return base if base.is_absolute() else (root / base)
+
+
+def walk(template: Template, root: Path, patterns: Mapping[str, str] | None = None) -> WalkResult:
+    """Every file that ``template`` names below ``root`` (a relative template is against it)."""
+    patterns = patterns or {}
+    start = start_folder(template, root)
+    result = WalkResult(template, start)
+    prefix = template.base_text()
+    level: list[tuple[str, dict[str, str]]] = [(str(start), {})]
+    rels: list[str] = [prefix]
+    last_index = len(template.segments) - 1
+    for index, segment in enumerate(template.segments):
+        result._levels.append(level)
+        last = index == last_index
+        if segment.literal is not None:
+            level, rels = _literal(level, rels, segment.literal, last)
+        else:
+            level, rels = _listed(level, rels, segment, last, patterns)
+        result.reached.append(len(level))
+        if not level:
+            break
+    if level and len(result.reached) == len(template.segments):
+        order = sorted(range(len(level)), key=rels.__getitem__)
+        result.matches = [(rels[i], level[i][0], level[i][1]) for i in order]
+    return result
+
+
+def _literal(level: list[tuple[str, dict[str, str]]], rels: list[str], name: str,
+             last: bool) -> tuple[list[tuple[str, dict[str, str]]], list[str]]:
+    out, out_rels = [], []
+    for (path, values), rel in zip(level, rels, strict=True):
+        child = f"{path}/{name}"
+        if last and not os.path.isfile(child):
+            continue  # a folder level is checked when the next level lists it
+        out.append((child, values))
+        out_rels.append(f"{rel}{name}" if last else f"{rel}{name}/")
+    return out, out_rels
+
+
+def _listed(level: list[tuple[str, dict[str, str]]], rels: list[str], segment: Segment, last: bool,
+            patterns: Mapping[str, str]) -> tuple[list[tuple[str, dict[str, str]]], list[str]]:
+    out: list[tuple[str, dict[str, str]]] = []
+    out_rels: list[str] = []
+    links: list[tuple[str, str, dict[str, str], str]] = []
+    fullmatch = segment.regex.fullmatch  # type: ignore[union-attr]
+    hidden_ok = segment.show_hidden
+    repeated = segment.repeated
+    for (path, values), rel in zip(level, rels, strict=True):
+        try:
+            entries = os.scandir(path)
+        except OSError:  # missing (a literal level above did not exist), not a folder, no permission
+            continue
+        with entries:
+            for entry in entries:
+                name = entry.name
+                if name[0] == "." and not hidden_ok:
+                    continue
+                m = fullmatch(name)
+                if m is None:
+                    continue
+                found = m.groupdict()
+                if repeated and any(found[f] != values[f] for f in repeated):
+                    m = segment.bound_regex(values, patterns).fullmatch(name)
+                    if m is None:
+                        continue
+                    found = {**m.groupdict(), **{f: values[f] for f in repeated}}
+                if "" in found.values():
+                    continue  # a field is never empty
+                try:
+                    if last:
+                        if not entry.is_file():
+                            continue
+                    elif not entry.is_dir():
+                        continue
+                    link = entry.is_symlink()
+                except OSError:
+                    continue
+                merged = {**values, **found} if values else found
+                if link and not last:
+                    links.append((entry.path, path, merged, f"{rel}{name}/"))
+                    continue
+                out.append((entry.path, merged))
+                out_rels.append(f"{rel}{name}" if last else f"{rel}{name}/")
+    if links:
+        _follow_once(links, out, out_rels)
+    return out, out_rels
+
+
+def _follow_once(links: list[tuple[str, str, dict[str, str], str]], out: list[tuple[str, dict[str, str]]],
+                 out_rels: list[str]) -> None:
+    """Add the symlinked folders that reach a folder not reached yet at this level, and no ancestor."""
+    seen: set[tuple[int, int]] = set()
+    for path, _ in out:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        seen.add((st.st_dev, st.st_ino))
+    for path, parent, values, rel in sorted(links, key=lambda item: item[3]):
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        ident = (st.st_dev, st.st_ino)
+        target = os.path.realpath(path)
+        home = os.path.realpath(parent)
+        if ident in seen or home == target or home.startswith(target.rstrip("/") + "/"):
+            continue  # the same folder again, or a loop back up the tree
+        seen.add(ident)
+        out.append((path, values))
+        out_rels.append(rel)
+
+
+def _closest(names: list[str], wanted: str) -> str | None:
+    close = difflib.get_close_matches(wanted, names, n=1, cutoff=0.0)
+    return close[0] if close else None
+
+
+def _nearest(result: WalkResult) -> str:
+    template = result.template
+    start = result.start
+    if not start.is_dir():
+        probe = start
+        while not probe.is_dir() and probe != probe.parent:
+            probe = probe.parent
+        missing = start.relative_to(probe) if start.is_relative_to(probe) else start
+        try:
+            names = sorted(n for n in os.listdir(probe) if not n.startswith("."))
+        except OSError:
+            names = []
+        close = _closest(names, str(missing).split("/")[0])
+        near = f"; nearest existing path: {probe / close}" if close else f"; the nearest existing folder is {probe}"
+        return f"folder {start} does not exist{near}"
+    failed = len(result.reached) - 1
+    if failed < 0:
+        return f"looked in {start}"
+    wanted = template.base_text() + "".join(s.text + "/" for s in template.segments[:failed])
+    reached = f"{result.reached[failed - 1]} path(s) match {wanted!r}" if failed else f"looked in {start}"
+    segment = template.segments[failed]
+    dirs = [path for path, _ in result._levels[failed]]
+    existing = [d for d in dirs[:50] if os.path.isdir(d)]
+    if not existing and failed > 0:
+        segment = template.segments[failed - 1]
+        dirs = [str(Path(path).parent) for path in dirs[:50]]
+        existing = [d for d in dirs if os.path.isdir(d)]
+        failed -= 1
+    for folder in existing[:20]:
+        try:
+            names = sorted(n for n in os.listdir(folder) if not n.startswith("."))
+        except OSError:
+            continue
+        close = _closest(names, segment.text)
+        if close:
+            return (f"{reached}, but no name in them matches {segment.text!r}; "
+                    f"nearest existing path: {Path(folder) / close}")
+    shown = existing[0] if existing else str(start)
+    return f"{reached}, but no name in them matches {segment.text!r} (e.g. {shown} is empty)"
