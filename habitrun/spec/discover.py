@@ -13,6 +13,7 @@ on every machine; :func:`write_table` writes it into the run folder.
 from __future__ import annotations
 
 import csv
+import difflib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +23,7 @@ from habitrun.errors import RecipeError
 from habitrun.spec.bids import PARTICIPANTS, bids_id
 from habitrun.spec.found_checks import PATH_COLUMN
 from habitrun.spec.pathtemplate import parse_template
-from habitrun.spec.walk import walk
+from habitrun.spec.walk import WalkResult, walk
 
 if TYPE_CHECKING:
     from habitrun.spec.loader import LoadedRecipe
@@ -57,34 +58,58 @@ class Discovery:
 
 
 class _Merge:
-    """Rows by id, with the file each value came from (for conflict messages)."""
+    """Rows by id; (id, column) pairs given two different values, to report with their files."""
 
     def __init__(self) -> None:
         self.rows: dict[str, dict[str, str]] = {}
-        self.origin: dict[tuple[str, str], str] = {}
-        self.conflicts: dict[tuple[str, str], list[str]] = {}
+        self.conflicts: set[tuple[str, str]] = set()
 
-    def put(self, sid: str, column: str, value: str, rel: str) -> None:
-        row = self.rows.setdefault(sid, {})
-        old = row.get(column)
-        if old is None:
-            row[column] = value
-            self.origin[(sid, column)] = rel
-        elif old != value:
-            listed = self.conflicts.setdefault((sid, column), [self.origin[(sid, column)]])
-            if rel not in listed:
-                listed.append(rel)
+    def put(self, sid: str, column: str, value: str) -> None:
+        row = self.rows.get(sid)
+        if row is None:
+            self.rows[sid] = {column: value}
+            return
+        old = row.setdefault(column, value)
+        if old != value:
+            self.conflicts.add((sid, column))
+
+    def add(self, matches: list[tuple[str, dict[str, str]]], id_field: str, pivot: str | None, plain: str) -> None:
+        """Every match of one template: its fields, and its file under the pivot's value (or ``plain``)."""
+        rows, conflicts = self.rows, self.conflicts
+        for path, values in matches:
+            sid = values[id_field]
+            row = rows.get(sid)
+            if row is None:
+                row = rows[sid] = {}
+            for name, value in values.items():
+                if name != pivot and row.setdefault(name, value) != value:
+                    conflicts.add((sid, name))
+            target = values[pivot] if pivot is not None else plain
+            if row.setdefault(target, path) != path:
+                conflicts.add((sid, target))
 
 
-def _conflict_messages(merge: _Merge, where: str, pivot: str | None) -> list[str]:
+def _conflict_messages(merge: _Merge, sources: list[tuple[str | None, WalkResult]],
+                       columns_of: Callable[[dict[str, str], str | None], dict[str, str]],
+                       id_of: Callable[[dict[str, str]], str], where: str, pivot: str | None) -> list[str]:
+    """One message per (id, column) with two values, naming the files that gave them (error path only)."""
+    wanted = sorted(merge.conflicts)[:MAX_LISTED]
+    files: dict[tuple[str, str], list[str]] = {pair: [] for pair in wanted}
+    for column, result in sources:
+        for path, values in result.matches:
+            sid = id_of(values)
+            for name in columns_of(values, column):
+                listed = files.get((sid, name))
+                if listed is not None and result.rel(path) not in listed:
+                    listed.append(result.rel(path))
     out = []
-    for (sid, column), paths in sorted(merge.conflicts.items())[:MAX_LISTED]:
-        files = ", ".join(paths)
+    for (sid, column), paths in files.items():
+        shown = ", ".join(paths)
         if column == PATH_COLUMN and pivot is None:
-            out.append(f"{where}: duplicate subject id {sid!r}: {files} (each match is one subject: "
+            out.append(f"{where}: duplicate subject id {sid!r}: {shown} (each match is one subject: "
                        "set subjects.pivot, or a field regex, to tell them apart)")
         else:
-            out.append(f"{where}: subject {sid!r} has two values for column {column!r}: {files}")
+            out.append(f"{where}: subject {sid!r} has two values for column {column!r}: {shown}")
     if len(merge.conflicts) > MAX_LISTED:
         out.append(f"{where}: ... and {len(merge.conflicts) - MAX_LISTED} more subjects with two values for one column")
     return out
@@ -107,41 +132,47 @@ def discover(loaded: LoadedRecipe) -> tuple[list[tuple[str, dict[str, Any]]], Di
     file_columns: list[str] = []
     empty: list[str] = []
     files = 0
-    sources = []
+    texts: list[str] = []
+    found: list[tuple[str | None, WalkResult]] = []
+
+    def columns_of(values: dict[str, str], column: str | None) -> dict[str, str]:
+        """The columns one match fills, besides its file: fields, or the BIDS entities."""
+        if bids:
+            return {"participant_id": f"sub-{values['subject']}", "subject": values["subject"],
+                    "session": values.get("session", "")}
+        return {k: v for k, v in values.items() if k != pivot}
+
     for at, column, text in spec.templates():
         template = parse_template(text, patterns)
-        sources.append(text)
+        texts.append(text)
         result = walk(template, loaded.root, patterns)
         if not result.matches:
             empty.append(f"{loaded.locate(('subjects', *at))}: no file matches {text!r}: {result.nearest()}")
             continue
         files += len(result.matches)
+        found.append((column, result))
         for name in template.fields:
             if name != pivot and not (bids and name in _BIDS_HIDDEN) and name not in field_columns:
                 field_columns.append(name)
-        put = merge.put
-        for rel, path, values in result.matches:
-            sid = id_of(values)
-            if bids:
-                put(sid, "participant_id", f"sub-{values['subject']}", rel)
-                put(sid, "subject", values["subject"], rel)
-                put(sid, "session", values.get("session", ""), rel)
-            else:
-                for name, value in values.items():
-                    if name != pivot:
-                        put(sid, name, value, rel)
-            target = values[pivot] if pivot is not None and pivot in values else (column or PATH_COLUMN)
-            if target not in file_columns:
-                file_columns.append(target)
-            put(sid, target, path, rel)
+        plain = column or PATH_COLUMN
+        if bids:
+            for path, values in result.matches:
+                sid = bids_id(values)
+                for name, value in columns_of(values, column).items():
+                    merge.put(sid, name, value)
+                merge.put(sid, values["suffix"], path)
+        else:
+            merge.add(result.matches, spec.id, pivot if pivot in template.fields else None, plain)
+        targets = {values[pivot] for _, values in result.matches} if pivot in template.fields else {plain}
+        file_columns.extend(sorted(t for t in targets if t not in file_columns))
     where = loaded.locate(("subjects", "bids" if bids else "from"))
-    if bids and len(empty) == len(sources):
+    if bids and len(empty) == len(texts):
         raise RecipeError([f"{where}: no file matches the BIDS layout {spec.bids!r} "
                            f"(datatype {spec.datatype}, suffix {', '.join(spec.suffix or ())}): "
                            + empty[0].split(": ", 3)[-1]])
     if empty and not bids:
         raise RecipeError(empty)
-    problems = _conflict_messages(merge, where, pivot)
+    problems = _conflict_messages(merge, found, _with_file(columns_of, pivot), id_of, where, pivot) if merge.conflicts else []
     if problems:
         raise RecipeError(problems)
     if pivot is not None:
@@ -154,14 +185,15 @@ def discover(loaded: LoadedRecipe) -> tuple[list[tuple[str, dict[str, Any]]], Di
     if unknown:
         raise RecipeError([
             f"{loaded.locate(('subjects', 'required', j))}: {name!r} is not a column found on disk "
-            f"(columns: {', '.join(columns)})" for j, name in unknown
+            f"({_did_you_mean(name, columns)}columns: {', '.join(columns)})" for j, name in unknown
         ])
-    report = Discovery(" + ".join(sources) if not bids else f"bids {spec.bids}", tuple(columns),
+    report = Discovery(" + ".join(texts) if not bids else f"bids {spec.bids}", tuple(columns),
                        tuple(file_columns), files)
     rows: list[tuple[str, dict[str, Any]]] = []
+    width = len(columns)
     for sid in sorted(merge.rows):
         row = merge.rows[sid]
-        full = {c: row.get(c, "") for c in columns}
+        full = row if len(row) == width else {c: row.get(c, "") for c in columns}
         missing = tuple(c for c in spec.required if not full[c])
         if missing:
             report.incomplete.append((sid, missing))
@@ -175,6 +207,22 @@ def discover(loaded: LoadedRecipe) -> tuple[list[tuple[str, dict[str, Any]]], Di
     if manifest is not None:
         rows = _join(loaded, manifest, rows, report, join="participant_id" if bids else spec.id)
     return rows, report
+
+
+def _did_you_mean(name: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(name, choices, n=1)
+    return f"did you mean {close[0]!r}? " if close else ""
+
+
+def _with_file(columns_of: Callable[[dict[str, str], str | None], dict[str, str]],
+               pivot: str | None) -> Callable[[dict[str, str], str | None], dict[str, str]]:
+    """Every column one match fills, its file's column included (for conflict messages)."""
+
+    def columns(values: dict[str, str], column: str | None) -> dict[str, str]:
+        target = values[pivot] if pivot is not None and pivot in values else (column or PATH_COLUMN)
+        return {**columns_of(values, column), target: ""}
+
+    return columns
 
 
 def _under(loaded: LoadedRecipe, text: str) -> Path:

@@ -40,6 +40,8 @@ class Segment:
     """(is_field, text) pieces, to build a pattern with bound values as literals."""
     show_hidden: bool
     """Only a name written with a leading '.' matches hidden entries."""
+    may_be_empty: bool = False
+    """A field's regex matches '' (such a match is skipped: a field is never empty)."""
 
     def bound_regex(self, values: Mapping[str, str], patterns: Mapping[str, str]) -> re.Pattern[str]:
         """This name's pattern with the already bound fields written as their values."""
@@ -153,7 +155,8 @@ def parse_template(text: str, patterns: Mapping[str, str] | None = None) -> Temp
         except re.error as exc:
             raise TemplateError(f"cannot build a pattern for {name!r}: {exc}") from None
         show_hidden = not parts[0][0] and parts[0][1].startswith(".")
-        segments.append(Segment(name, None, fields, regex, repeated, parts, show_hidden))
+        empty = any(re.fullmatch(f"(?:{patterns.get(f, DEFAULT_PATTERN)})", "") is not None for f in fields)
+        segments.append(Segment(name, None, fields, regex, repeated, parts, show_hidden, empty))
         seen.extend(f for f in fields if f not in seen)
     if not segments:
         raise TemplateError(f"{text!r} has no field: name the varying parts, e.g. data/{{subject}}/ct.nii.gz")

@@ -15,12 +15,13 @@ import difflib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
 
 from habitrun.spec.pathtemplate import Segment, Template
 
-Match = tuple[str, str, dict[str, str]]
-"""(path as the template writes it, the path on disk, field values)."""
+Match = tuple[str, dict[str, str]]
+"""(the path on disk, field values)."""
 
 
 @dataclass
@@ -33,6 +34,10 @@ class WalkResult:
     reached: list[int] = field(default_factory=list)
     """Per level: how many folders (or files, at the last level) matched so far."""
     _levels: list[list[tuple[str, dict[str, str]]]] = field(default_factory=list, repr=False)
+
+    def rel(self, path: str) -> str:
+        """A matched path as the template writes it (``data/S1/ct.nii.gz``), for messages."""
+        return self.template.base_text() + path[len(str(self.start)) + 1:]
 
     def nearest(self) -> str:
         """Where the walk stopped and the existing path closest to what it looked for."""
@@ -51,49 +56,49 @@ def walk(template: Template, root: Path, patterns: Mapping[str, str] | None = No
     patterns = patterns or {}
     start = start_folder(template, root)
     result = WalkResult(template, start)
-    prefix = template.base_text()
-    level: list[tuple[str, dict[str, str]]] = [(str(start), {})]
-    rels: list[str] = [prefix]
+    top = str(start)
+    level: list[tuple[str, dict[str, str]]] = [(top, {})]
     last_index = len(template.segments) - 1
     for index, segment in enumerate(template.segments):
         result._levels.append(level)
         last = index == last_index
         if segment.literal is not None:
-            level, rels = _literal(level, rels, segment.literal, last)
+            level = _literal(level, segment.literal, last)
         else:
-            level, rels = _listed(level, rels, segment, last, patterns)
+            level = _listed(level, segment, last, patterns)
         result.reached.append(len(level))
         if not level:
             break
     if level and len(result.reached) == len(template.segments):
-        order = sorted(range(len(level)), key=rels.__getitem__)
-        result.matches = [(rels[i], level[i][0], level[i][1]) for i in order]
+        level.sort(key=itemgetter(0))
+        result.matches = level
     return result
 
 
-def _literal(level: list[tuple[str, dict[str, str]]], rels: list[str], name: str,
-             last: bool) -> tuple[list[tuple[str, dict[str, str]]], list[str]]:
-    out, out_rels = [], []
-    for (path, values), rel in zip(level, rels, strict=True):
+def _literal(level: list[tuple[str, dict[str, str]]], name: str, last: bool) -> list[tuple[str, dict[str, str]]]:
+    out = []
+    for path, values in level:
         child = f"{path}/{name}"
         if last and not os.path.isfile(child):
             continue  # a folder level is checked when the next level lists it
         out.append((child, values))
-        out_rels.append(f"{rel}{name}" if last else f"{rel}{name}/")
-    return out, out_rels
+    return out
 
 
-def _listed(level: list[tuple[str, dict[str, str]]], rels: list[str], segment: Segment, last: bool,
-            patterns: Mapping[str, str]) -> tuple[list[tuple[str, dict[str, str]]], list[str]]:
+def _listed(level: list[tuple[str, dict[str, str]]], segment: Segment, last: bool,
+            patterns: Mapping[str, str]) -> list[tuple[str, dict[str, str]]]:
     out: list[tuple[str, dict[str, str]]] = []
-    out_rels: list[str] = []
-    links: list[tuple[str, str, dict[str, str], str]] = []
+    append = out.append
+    links: list[tuple[str, str, dict[str, str]]] = []
     fullmatch = segment.regex.fullmatch  # type: ignore[union-attr]
     hidden_ok = segment.show_hidden
     repeated = segment.repeated
-    for (path, values), rel in zip(level, rels, strict=True):
+    may_be_empty = segment.may_be_empty
+    single = segment.fields[0] if len(segment.fields) == 1 and not repeated else None
+    scandir = os.scandir
+    for path, values in level:
         try:
-            entries = os.scandir(path)
+            entries = scandir(path)
         except OSError:  # missing (a literal level above did not exist), not a folder, no permission
             continue
         with entries:
@@ -104,13 +109,18 @@ def _listed(level: list[tuple[str, dict[str, str]]], rels: list[str], segment: S
                 m = fullmatch(name)
                 if m is None:
                     continue
-                found = m.groupdict()
-                if repeated and any(found[f] != values[f] for f in repeated):
-                    m = segment.bound_regex(values, patterns).fullmatch(name)
-                    if m is None:
-                        continue
-                    found = {**m.groupdict(), **{f: values[f] for f in repeated}}
-                if "" in found.values():
+                if single is not None:  # one new field: no groupdict, one small dict
+                    merged = values.copy()
+                    merged[single] = m[1]
+                else:
+                    found = m.groupdict()
+                    if repeated and any(found[f] != values[f] for f in repeated):
+                        m = segment.bound_regex(values, patterns).fullmatch(name)
+                        if m is None:
+                            continue
+                        found = {**m.groupdict(), **{f: values[f] for f in repeated}}
+                    merged = {**values, **found}
+                if may_be_empty and "" in merged.values():
                     continue  # a field is never empty
                 try:
                     if last:
@@ -118,22 +128,18 @@ def _listed(level: list[tuple[str, dict[str, str]]], rels: list[str], segment: S
                             continue
                     elif not entry.is_dir():
                         continue
-                    link = entry.is_symlink()
+                    elif entry.is_symlink():
+                        links.append((entry.path, path, merged))
+                        continue
                 except OSError:
                     continue
-                merged = {**values, **found} if values else found
-                if link and not last:
-                    links.append((entry.path, path, merged, f"{rel}{name}/"))
-                    continue
-                out.append((entry.path, merged))
-                out_rels.append(f"{rel}{name}" if last else f"{rel}{name}/")
+                append((entry.path, merged))
     if links:
-        _follow_once(links, out, out_rels)
-    return out, out_rels
+        _follow_once(links, out)
+    return out
 
 
-def _follow_once(links: list[tuple[str, str, dict[str, str], str]], out: list[tuple[str, dict[str, str]]],
-                 out_rels: list[str]) -> None:
+def _follow_once(links: list[tuple[str, str, dict[str, str]]], out: list[tuple[str, dict[str, str]]]) -> None:
     """Add the symlinked folders that reach a folder not reached yet at this level, and no ancestor."""
     seen: set[tuple[int, int]] = set()
     for path, _ in out:
@@ -142,7 +148,7 @@ def _follow_once(links: list[tuple[str, str, dict[str, str], str]], out: list[tu
         except OSError:
             continue
         seen.add((st.st_dev, st.st_ino))
-    for path, parent, values, rel in sorted(links, key=lambda item: item[3]):
+    for path, parent, values in sorted(links):
         try:
             st = os.stat(path)
         except OSError:
@@ -154,7 +160,6 @@ def _follow_once(links: list[tuple[str, str, dict[str, str], str]], out: list[tu
             continue  # the same folder again, or a loop back up the tree
         seen.add(ident)
         out.append((path, values))
-        out_rels.append(rel)
 
 
 def _closest(names: list[str], wanted: str) -> str | None:
