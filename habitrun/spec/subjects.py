@@ -51,10 +51,15 @@ class SubjectTable(list):  # type: ignore[type-arg]
     """
 
     def __init__(self, rows: Any = (), *, file_columns: tuple[str, ...] = (),
-                 discovery: Discovery | None = None) -> None:
+                 required: tuple[str, ...] = (), discovery: Discovery | None = None) -> None:
         super().__init__(rows)
         self.file_columns = tuple(file_columns)
+        self.required = tuple(required)
         self.discovery = discovery
+
+    def file_needs(self) -> dict[str, bool]:
+        """file column -> required (every row has a file there), as the planner's file keys want it."""
+        return {column: column in self.required for column in self.file_columns}
 
 
 def safe_name(subject_id: str) -> str:
@@ -299,7 +304,8 @@ def _found_subjects(loaded: LoadedRecipe) -> SubjectTable:
     rows = _filtered(loaded, rows)
     if not rows:
         raise RecipeError([f"{loaded.locate(('subjects',))}: include/exclude leave no subjects to run"])
-    return SubjectTable(rows, file_columns=report.file_columns, discovery=report)
+    return SubjectTable(rows, file_columns=report.file_columns, required=loaded.recipe.subjects.required,
+                        discovery=report)
 
 
 def _filtered(loaded: LoadedRecipe, rows: list[SubjectRow]) -> list[SubjectRow]:

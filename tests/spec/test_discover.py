@@ -66,6 +66,7 @@ def test_pivot_gives_one_row_per_subject_and_a_file_column_per_value(tmp_path: P
 def test_optional_columns_are_empty_and_the_subject_still_runs(tmp_path: Path):
     rows = load(study(tmp_path, PIVOT, *LUNG))
     assert rows[2].fields["mask"] == "" and rows.discovery.incomplete == []
+    assert rows.file_needs() == {"ct": False, "mask": False}
 
 
 def test_a_subject_missing_a_required_column_is_reported_not_run(tmp_path: Path):
@@ -73,6 +74,7 @@ def test_a_subject_missing_a_required_column_is_reported_not_run(tmp_path: Path)
     rows = load(recipe)
     assert [r.id for r in rows] == ["LUNG001", "LUNG002"]
     assert rows.discovery.incomplete == [("LUNG003", ("mask",))]
+    assert rows.file_needs() == {"ct": True, "mask": True}
     out = run_cli("validate", str(recipe))
     assert out.returncode == 0, out.stderr
     assert "2 to run of 3 found by data/{subject}/{modality}.nii.gz" in out.stdout
