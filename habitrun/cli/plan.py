@@ -109,8 +109,16 @@ def print_reasons(console: Console, plan: Plan, store: CheckpointStore | None, l
             console.print("    " + esc(", ".join(shown)) + more, highlight=False)
 
 
-def plan_json(loaded: LoadedRecipe, plan: Plan, store: CheckpointStore | None) -> dict[str, Any]:
+def plan_json(loaded: LoadedRecipe, plan: Plan, store: CheckpointStore | None,
+              subjects: Any = None) -> dict[str, Any]:
     data = plan.to_json(subjects=True)
+    report = getattr(subjects, "discovery", None)
+    if report is not None:
+        data["found"] = {
+            "source": report.source, "files": report.files, "subjects": report.found,
+            "file_columns": list(report.file_columns),
+            "incomplete": {sid: list(missing) for sid, missing in report.incomplete},
+        }
     for stage_data, stage in zip(data["stages"], plan, strict=True):
         failed = [sid for sid, st in stage.status.items() if st is SubjectStatus.FAILED]
         for sid, text in failure_texts(stage, store, failed).items():
@@ -137,7 +145,7 @@ def plan(
     try:
         the_plan = plan_study(loaded, subjects, store)
         if as_json:
-            typer.echo(json.dumps(plan_json(loaded, the_plan, store), indent=1, ensure_ascii=False))
+            typer.echo(json.dumps(plan_json(loaded, the_plan, store, subjects), indent=1, ensure_ascii=False))
             return
         console = make_console()
         where = f"store {loaded.store_dir()}" if store is not None else "no store yet: nothing has run"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import os
 import textwrap
 from pathlib import Path
@@ -81,6 +82,8 @@ def test_a_subject_missing_a_required_column_is_reported_not_run(tmp_path: Path)
     assert "1 incomplete, not run: LUNG003 (missing mask)" in out.stdout
     plan = run_cli("plan", str(recipe))
     assert plan.returncode == 0 and "1 incomplete, not run: LUNG003 (missing mask)" in plan.stdout
+    as_json = json.loads(run_cli("plan", str(recipe), "--json").stdout)
+    assert as_json["found"]["incomplete"] == {"LUNG003": ["mask"]} and as_json["found"]["subjects"] == 3
 
 
 def test_an_unknown_required_pivot_value_is_an_error_at_its_line(tmp_path: Path):

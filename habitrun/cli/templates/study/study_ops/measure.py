@@ -18,7 +18,8 @@ def measure(subject, scale: float = 1.0) -> dict:
     and the columns of clinical.csv (``group``, ``age``).
     """
     scan, mask = read_grid(subject.fields["scan"]), read_grid(subject.fields["mask"])
-    inside = [v for row, keep in zip(scan, mask) for v, m in zip(row, keep) if m]
+    # zip(strict=True): a scan and mask of different shapes is an error, not a silent crop
+    inside = [v for row, keep in zip(scan, mask, strict=True) for v, m in zip(row, keep, strict=True) if m]
     if not inside:
         raise ValueError(f"{subject.fields['mask']} marks no lesion")
     value = sum(inside) / len(inside) * scale
