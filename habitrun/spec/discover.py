@@ -130,7 +130,7 @@ def discover(loaded: LoadedRecipe) -> tuple[list[tuple[str, dict[str, Any]]], Di
     merge = _Merge()
     field_columns: list[str] = ["participant_id", "subject", "session"] if bids else []
     file_columns: list[str] = []
-    empty: list[str] = []
+    empty: list[tuple[tuple[Any, ...], str, str]] = []  # (recipe key, template, where it looked)
     files = 0
     texts: list[str] = []
     found: list[tuple[str | None, WalkResult]] = []
@@ -147,7 +147,7 @@ def discover(loaded: LoadedRecipe) -> tuple[list[tuple[str, dict[str, Any]]], Di
         texts.append(text)
         result = walk(template, loaded.root, patterns)
         if not result.matches:
-            empty.append(f"{loaded.locate(('subjects', *at))}: no file matches {text!r}: {result.nearest()}")
+            empty.append((at, text, result.nearest()))
             continue
         files += len(result.matches)
         found.append((column, result))
@@ -168,10 +168,10 @@ def discover(loaded: LoadedRecipe) -> tuple[list[tuple[str, dict[str, Any]]], Di
     where = loaded.locate(("subjects", "bids" if bids else "from"))
     if bids and len(empty) == len(texts):
         raise RecipeError([f"{where}: no file matches the BIDS layout {spec.bids!r} "
-                           f"(datatype {spec.datatype}, suffix {', '.join(spec.suffix or ())}): "
-                           + empty[0].split(": ", 3)[-1]])
+                           f"(datatype {spec.datatype}, suffix {', '.join(spec.suffix or ())}): {empty[0][2]}"])
     if empty and not bids:
-        raise RecipeError(empty)
+        raise RecipeError([f"{loaded.locate(('subjects', *at))}: no file matches {text!r}: {nearest}"
+                           for at, text, nearest in empty])
     problems = _conflict_messages(merge, found, _with_file(columns_of, pivot), id_of, where, pivot) if merge.conflicts else []
     if problems:
         raise RecipeError(problems)
