@@ -265,3 +265,13 @@ def test_a_run_writes_the_subject_table_it_used(tmp_path: Path):
         table = list(csv.reader(handle))
     assert table == [["id", "subject", "ct", "mask"],
                      ["LUNG001", "LUNG001", str(tmp_path / "data/LUNG001/ct.nii.gz"), str(tmp_path / "data/LUNG001/mask.nii.gz")]]
+
+
+def test_a_subject_added_on_disk_is_the_only_one_a_rerun_runs(tmp_path: Path):
+    recipe = study(tmp_path, PIVOT, *LUNG)
+    first = run_cli("run", str(recipe))
+    assert first.returncode == 0, first.stdout + first.stderr
+    tree(tmp_path, "data/LUNG004/ct.nii.gz")
+    again = run_cli("run", str(recipe))
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "4 subject(s), 3 cached, 1 to run" in again.stdout
