@@ -175,34 +175,29 @@ def _nearest(result: WalkResult) -> str:
         while not probe.is_dir() and probe != probe.parent:
             probe = probe.parent
         missing = start.relative_to(probe) if start.is_relative_to(probe) else start
-        try:
-            names = sorted(n for n in os.listdir(probe) if not n.startswith("."))
-        except OSError:
-            names = []
-        close = _closest(names, str(missing).split("/")[0])
+        close = _closest(_names(str(probe)), str(missing).split("/")[0])
         near = f"; nearest existing path: {probe / close}" if close else f"; the nearest existing folder is {probe}"
         return f"folder {start} does not exist{near}"
     failed = len(result.reached) - 1
-    if failed < 0:
-        return f"looked in {start}"
-    wanted = template.base_text() + "".join(s.text + "/" for s in template.segments[:failed])
-    reached = f"{result.reached[failed - 1]} path(s) match {wanted!r}" if failed else f"looked in {start}"
-    segment = template.segments[failed]
-    dirs = [path for path, _ in result._levels[failed]]
-    existing = [d for d in dirs[:50] if os.path.isdir(d)]
-    if not existing and failed > 0:
-        segment = template.segments[failed - 1]
-        dirs = [str(Path(path).parent) for path in dirs[:50]]
-        existing = [d for d in dirs if os.path.isdir(d)]
+    dirs = [path for path, _ in result._levels[failed]][:50]
+    existing = [d for d in dirs if os.path.isdir(d)]
+    if not existing and failed > 0:  # a folder level without a field was not there: say so at its parent
         failed -= 1
+        existing = list(dict.fromkeys(path for path, _ in result._levels[failed][:50]))
+    segment = template.segments[failed]
+    wanted = template.base_text() + "".join(s.text + "/" for s in template.segments[:failed])
+    where = f"{len(result._levels[failed])} folder(s) match {wanted!r}" if failed else f"looked in {start}"
     for folder in existing[:20]:
-        try:
-            names = sorted(n for n in os.listdir(folder) if not n.startswith("."))
-        except OSError:
-            continue
-        close = _closest(names, segment.text)
+        close = _closest(_names(folder), segment.text)
         if close:
-            return (f"{reached}, but no name in them matches {segment.text!r}; "
+            return (f"{where}, but no name there matches {segment.text!r}; "
                     f"nearest existing path: {Path(folder) / close}")
     shown = existing[0] if existing else str(start)
-    return f"{reached}, but no name in them matches {segment.text!r} (e.g. {shown} is empty)"
+    return f"{where}, but no name there matches {segment.text!r} ({shown} is empty)"
+
+
+def _names(folder: str) -> list[str]:
+    try:
+        return sorted(n for n in os.listdir(folder) if not n.startswith("."))
+    except OSError:
+        return []

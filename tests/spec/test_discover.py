@@ -176,8 +176,16 @@ def test_no_match_says_where_it_looked_and_the_nearest_path(tmp_path: Path):
     out = run_cli("validate", str(recipe))
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "recipe.yaml:4:9: subjects.from: no file matches 'data/{subject}/{modality}.nii.gz'" in out.stderr
-    assert "2 path(s) match 'data/{subject}/'" in out.stderr
+    assert "2 folder(s) match 'data/{subject}/', but no name there matches '{modality}.nii.gz'" in out.stderr
     assert f"nearest existing path: {tmp_path / 'data/LUNG001/ct.nii'}" in out.stderr
+
+
+def test_no_match_at_a_folder_without_a_field_names_its_parent(tmp_path: Path):
+    recipe = study(tmp_path, 'from: "data/{subject}/anat/{m}.nii.gz"\npivot: m\n', "data/S1/ct.nii.gz")
+    with pytest.raises(RecipeError) as err:
+        load(recipe)
+    assert ("1 folder(s) match 'data/{subject}/', but no name there matches 'anat'; "
+            f"nearest existing path: {tmp_path / 'data/S1/ct.nii.gz'}") in str(err.value)
 
 
 def test_no_match_when_the_literal_prefix_is_missing(tmp_path: Path):
