@@ -62,7 +62,7 @@ def test_the_readme_demo_runs_from_a_fresh_copy(tmp_path: Path):
 
     again = habitrun("run", "demo/recipe.yaml", cwd=tmp_path)
     assert again.returncode == 0, again.stdout + again.stderr
-    assert "24 subject(s), 24 cached, 0 to run" in again.stdout
+    assert "nothing to run: 26 subject-stage(s) already stored as done" in again.stdout
 
 
 def test_the_shipped_cohort_is_what_cohort_py_writes(tmp_path: Path):

@@ -98,6 +98,10 @@ class Backend(abc.ABC):
     def effective_workers(self) -> int:
         """Slots in use now (after GPU capping or out-of-memory backoff)."""
 
+    def running(self) -> int | None:
+        """Subjects running right now, if the backend can tell (None: it cannot); read from another thread."""
+        return None
+
     def describe(self) -> dict[str, Any]:
         """Facts for the run's provenance (backend name, workers, cluster...)."""
         return {"backend": self.name, "workers": self.effective_workers}

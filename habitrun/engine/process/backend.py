@@ -128,6 +128,10 @@ class ProcessBackend(Backend):
             return
         _StageRun(self, op, tasks, report, stop).run()
 
+    def running(self) -> int:
+        """Workers with a subject in hand (pipelined ones wait behind it and are not counted)."""
+        return sum(1 for w in list(self._workers) if not w.dead and w.outstanding)
+
     # ------------------------------------------------------------ workers
     def _live(self) -> list[Worker]:
         return [w for w in self._workers if not w.dead]
