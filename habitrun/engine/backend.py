@@ -50,6 +50,7 @@ class FailureKind:
     WORKER_DIED = "worker_died"
     NO_REPORT = "no_report"
     UNPICKLABLE = "unpicklable"
+    DISK_FULL = "disk_full"  # the subject met a full disk: the machine's fault, never recorded
     SKIPPED = "skipped"  # upstream failed: not an error of its own
     INTERRUPTED = "interrupted"
 
@@ -75,6 +76,7 @@ class Backend(abc.ABC):
     """Runs map (and collect) tasks; lives for a whole run so workers are reused across stages."""
 
     name: str = "abstract"
+    scratch_dir: str | None = None  # where workers keep scratch files (the run folder); None: the temp dir
 
     @abc.abstractmethod
     def run_tasks(

@@ -8,6 +8,7 @@ events, and the final outcome and exit code.
 
 from __future__ import annotations
 
+import errno
 import getpass
 import os
 import threading
@@ -24,18 +25,25 @@ from habitrun.engine.recorder import Recorder
 from habitrun.engine.selection import stages_for, unknown_ids
 from habitrun.engine.signals import exit_code_for, signal_name, stop_on_signals
 from habitrun.engine.stopnotice import StopNotices
-from habitrun.errors import EXIT_FAILED_SUBJECTS, EXIT_OK, StoreError, StoreWriteError
+from habitrun.errors import (
+    EXIT_FAILED_SUBJECTS,
+    EXIT_OK,
+    StoreError,
+    StoreWriteError,
+    WorkerStartError,
+)
 from habitrun.planner.plan import GROUP_SUBJECT, StagePlan, SubjectStatus, fingerprints, plan_stage
 from habitrun.spec.discover import write_table
 from habitrun.spec.gcpause import gc_paused
 from habitrun.spec.loader import LoadedRecipe
 from habitrun.spec.recipe import StageSpec
 from habitrun.spec.subjects import SubjectRow, load_subjects
-from habitrun.store.checkpoint import CheckpointStore, Record
+from habitrun.store.checkpoint import CheckpointStore, Record, UnreadableResults
 from habitrun.store.folders import ensure_folder
+from habitrun.store.guard import empty_store_file
 from habitrun.store.lock import StoreLock
 from habitrun.store.provenance import collect_provenance
-from habitrun.store.runs import RunFolder, work_dir
+from habitrun.store.runs import RunFolder, key_folder, work_dir
 
 Observer = Callable[[dict[str, Any]], None]
 GROUP_FILE_NAME = "_stage"  # log/work folder name of a collect or train stage's single task
@@ -129,10 +137,17 @@ def run_study(
     ensure_folder(loaded.run_root())
     ensure_folder(store_dir.parent)
     with StoreLock(lock_path_for(store_dir)):
+        empty = empty_store_file(store_dir)
         store = CheckpointStore.open(store_dir)
+        store.set_roots(loaded.run_root(), loaded.root)
+        store.verify_rows = True  # a run plans each stage with every stored result checked
         try:
             runner = _StudyRunner(loaded, subjects, store, stop, list(argv), observer, resumed_from,
                                   source_path or loaded.path)
+            if empty:
+                runner.warnings.append(empty)
+            if store.damage is not None:
+                runner.warnings.append(store.damage.summary(store_dir))
             runner.selected = selected
             runner.rerun_ids = frozenset(rerun)
             if not runner.prepare() and not record_noop:
@@ -184,6 +199,7 @@ class _StudyRunner:
         self.rerun_ids: frozenset[str] = frozenset()  # --rerun of this command: rerun even within a resume chain
         self.current_stage: StageSpec | None = None
         self.current_backend: Any = None
+        self.recomputing: set[str] = set()  # stages recomputing unreadable stored results
         self.write_failure: tuple[Path, BaseException] | None = None  # the first folder that refused a write
 
     # ------------------------------------------------------------------ events
@@ -266,11 +282,14 @@ class _StudyRunner:
         self.recorder = Recorder(self.store, self.emit_many,
                                  on_failure=lambda exc: self.cannot_write(self.store.directory, exc))
         notices = StopNotices(self.stop, self.emit, self.stopping_facts)
+        error: WorkerStartError | None = None
         try:
             for stage in self.selected:
                 if self.stop.is_set():
                     break
                 self.run_stage(stage)
+        except WorkerStartError as exc:  # run-level: recorded as the run's end, then reported (exit 2)
+            error = exc
         finally:
             hard = self.stop.hard
             try:
@@ -280,13 +299,13 @@ class _StudyRunner:
         notices.close()
         if self.write_failure is not None:
             self.end_unwritable(started)
-        outcome, exit_code = self.outcome()
+        outcome, exit_code = ("error", error.exit_code) if error else self.outcome()
         if outcome == "success":
             self.clear_on_success()
         summary = {
             "stages": {name: c.as_dict() for name, c in self.counts.items()},
             "failed_subjects": len(self.failures),
-            "stop_reason": self.stop.reason,
+            "stop_reason": error.message if error else self.stop.reason,
             "duration_sec": round(time.monotonic() - started, 3),
             "backends": self.backends.described,
         }
@@ -298,6 +317,8 @@ class _StudyRunner:
             self.cannot_write(self.run.path, exc)
         if self.write_failure is not None:
             self.end_unwritable(started)
+        if error is not None:
+            raise error
         return RunSummary(self.run, outcome, exit_code, self.counts, self.failures, self.stop.reason,
                           self.warnings, self.group_results, self.outputs())
 
@@ -469,7 +490,7 @@ class _StudyRunner:
         self.emit({"event": "stage_finished", "stage": stage.name, **counts.as_dict()})
         if stage.kind != "map" and plan.status.get(GROUP_SUBJECT) == SubjectStatus.DONE:
             key = plan.keys[GROUP_SUBJECT]
-            self.group_results[stage.name] = self.store.results([key]).get(key)
+            self.group_results[stage.name] = self.read_results(stage.name, [key]).get(key)
 
     def really_to_run(self, plan: StagePlan) -> list[str]:
         """The plan's work, minus what an interrupted run in this resume chain already finished."""
@@ -494,6 +515,7 @@ class _StudyRunner:
                          kind="collect" if stage.kind == "collect" else "map",
                          search_path=self.loaded.search_path)
         backend = self.current_backend = self.backends.for_policy(policy)
+        backend.scratch_dir = str(self.run.path / "scratch")  # subject output never leaves the run folder
         with gc_paused():  # tens of thousands of tasks, no cycles: the collector would only walk them
             tasks = self.build_tasks(stage, plan, to_run)
         rounds = policy.auto_retry_rounds
@@ -518,7 +540,16 @@ class _StudyRunner:
                                    "attempt": task.attempt, "duration_sec": round(outcome.duration_sec, 6),
                                    "pid": outcome.worker_pid})
                     continue
-                final = task.attempt > rounds or fail_fast or self.stop.is_set() or not policy.retries(outcome.kind)
+                if outcome.kind == FailureKind.DISK_FULL:  # the machine's fault: stop, record nothing
+                    events.append({"event": "subject_failed", "stage": stage.name, "subject": sid,
+                                   "attempt": task.attempt, "kind": outcome.kind, "error": outcome.error,
+                                   "final": False, "log": task.log_path, "pid": outcome.worker_pid})
+                    self.cannot_write(self.run.path, OSError(errno.ENOSPC, (
+                        f"No space left on device (subject {sid} of stage {stage.name}: {outcome.error})")))
+                    continue
+                # Once a stop is asked for, a failure with attempts left is not run (a resume
+                # runs it), never a recorded failure: its last chance was taken by the stop.
+                final = task.attempt > rounds or fail_fast or not policy.retries(outcome.kind)
                 events.append({"event": "subject_failed", "stage": stage.name, "subject": sid,
                                "attempt": task.attempt, "kind": outcome.kind, "error": outcome.error,
                                "final": final, "log": task.log_path, "pid": outcome.worker_pid})
@@ -570,15 +601,16 @@ class _StudyRunner:
             upstream: dict[str, dict[str, Any]] = {}
             for need in needs:
                 keys = {sid: self.plans[need].keys[sid] for sid in chunk}
-                results = self.store.results(keys.values())
+                results = self.read_results(need, list(keys.values()))
                 upstream[need] = {sid: results.get(key) for sid, key in keys.items()}
             for sid in chunk:
                 row = rows[sid]
                 safe = row.safe
                 # positional, in SubjectTask's field order: key, subject, fields, inputs, workdir, log
-                append(SubjectTask(stage_keys[sid], sid, row.fields,
+                key = stage_keys[sid]
+                append(SubjectTask(key, sid, row.fields,
                                    {need: upstream[need][sid] for need in needs} if needs else {},
-                                   work_root + safe, f"{log_root}{safe}.log"))
+                                   f"{work_root}{safe}/{key_folder(key)}", f"{log_root}{safe}.log"))
         return tasks
 
     def need_results(self, need: str, members: Sequence[str]) -> Any:
@@ -586,10 +618,52 @@ class _StudyRunner:
         need_plan = self.plans[need]
         if need_plan.kind == "map":
             keys = {sid: need_plan.keys[sid] for sid in members}
-            results = self.store.results(keys.values())
+            results = self.read_results(need, list(keys.values()))
             return {sid: results.get(key) for sid, key in keys.items()}
         key = need_plan.keys[GROUP_SUBJECT]
-        return self.store.results([key]).get(key)
+        return self.read_results(need, [key]).get(key)
+
+    def read_results(self, need: str, keys: list[str]) -> dict[str, Any]:
+        """Stored results of a stage that ran (or was cached) in this run, checksums verified.
+
+        A result that fails its check is never passed on: its subjects are recomputed in
+        their own stage first (once), then read again.
+        """
+        try:
+            return self.store.results(keys)
+        except UnreadableResults as exc:
+            self.recompute(need, exc)
+            return self.store.results(keys)
+
+    def recompute(self, name: str, exc: UnreadableResults) -> None:
+        plan = self.plans.get(name)
+        sids = [sid for stage, sid, _key, _why in exc.bad if stage == name and plan is not None and sid in plan.status]
+        if plan is None or not sids or name in self.recomputing:
+            raise exc
+        self.recomputing.add(name)
+        try:
+            why = exc.bad[0][3]
+            message = (f"stage {name!r}: the stored result of {len(sids)} subject(s) is unreadable ({why}): "
+                       f"{', '.join(sids[:5])}{' ...' if len(sids) > 5 else ''}; recomputing")
+            self.warnings.append(message)
+            self.emit({"event": "warning", "message": message})
+            for sid in sids:
+                plan.status[sid] = SubjectStatus.STALE
+                plan.reasons[sid] = [f"stored result unreadable: {why}"]
+            stage = self.recipe.stage(name)
+            counts = self.counts.setdefault(name, StageCounts(total=len(plan.keys)))
+            counts.cached = max(0, counts.cached - len(sids))
+            policy = self.recipe.stage_policy(name)
+            if stage.kind == "train":
+                self.run_train(stage, plan, policy, counts)
+            else:
+                self.run_with_backend(stage, plan, policy, sids, counts)
+            still = [sid for sid in sids if plan.status.get(sid) is not SubjectStatus.DONE]
+            if still:
+                raise StoreError(f"stage {name!r}: the unreadable stored result of {', '.join(still[:5])} "
+                                 "could not be recomputed (see the failures above); the run stops here")
+        finally:
+            self.recomputing.discard(name)
 
     def group_inputs(self, stage: StageSpec, plan: StagePlan) -> dict[str, Any]:
         """For a collect stage: subject -> result (one need) or subject -> {need: result}."""
@@ -608,7 +682,7 @@ class _StudyRunner:
             subject_id=GROUP_SUBJECT,
             fields={"subjects": {sid: self.rows[sid].fields for sid in plan.members if sid in self.rows}},
             inputs=self.group_inputs(stage, plan),
-            workdir=str(work_dir(self.run_root, stage.name, GROUP_FILE_NAME)),
+            workdir=str(work_dir(self.run_root, stage.name, GROUP_FILE_NAME, plan.keys[GROUP_SUBJECT])),
             log_path=str(self.run.subject_log(stage.name, GROUP_FILE_NAME)),
         )
 
@@ -628,7 +702,7 @@ class _StudyRunner:
         inputs = {need: self.need_results(need, plan.members) for need in stage.needs}
         task = SubjectTask(
             key=plan.keys[GROUP_SUBJECT], subject_id=GROUP_SUBJECT, fields={}, inputs=inputs,
-            workdir=str(work_dir(self.run_root, stage.name, GROUP_FILE_NAME)),
+            workdir=str(work_dir(self.run_root, stage.name, GROUP_FILE_NAME, plan.keys[GROUP_SUBJECT])),
             log_path=str(self.run.stage_dir(stage.name)),
         )
         Path(task.workdir).mkdir(parents=True, exist_ok=True)

@@ -307,6 +307,8 @@ def _judge(
             if probe[sid] in done:
                 status[sid] = SubjectStatus.FORCED
                 reasons[sid] = ["listed in force_rerun_subjects"]
+    if store is not None:
+        _mark_unreadable(plan, candidates, probe, store, prefix)
     missing: list[str] = []
     for sid in not_done:
         if probe[sid] in failed:
@@ -325,11 +327,66 @@ def _judge(
             missing.append(sid)
     if missing and store is not None:
         latest = store.latest(plan.name)
+        lost = store.lost(plan.name)
         for sid in missing:
             seen = latest.get(sid)
             if seen is not None and seen[0] != plan.keys[sid]:
                 status[sid] = SubjectStatus.STALE
                 reasons[sid] = explain(seen[1], plan.components[sid])
+            elif sid in lost:
+                status[sid] = SubjectStatus.STALE
+                reasons[sid] = ["stored record unreadable (the store file is damaged)"]
+
+
+def _mark_unreadable(plan: StagePlan, candidates: list[str], probe: Mapping[str, str],
+                     store: CheckpointStore, prefix: str) -> None:
+    """A done subject whose stored result fails its checksum (or lost its file) is stale."""
+    bad = store.unreadable(plan.name, prefix)
+    if not bad:
+        return
+    status, reasons = plan.status, plan.reasons
+    for sid in candidates:
+        why = bad.get(probe[sid])
+        if why is not None and status[sid] is SubjectStatus.DONE:
+            status[sid] = SubjectStatus.STALE
+            reasons[sid] = [f"stored result unreadable: {why}"]
+
+
+def _mark_upstream_changed(plan: StagePlan, needs: Mapping[str, StagePlan], store: CheckpointStore | None) -> None:
+    """A done subject whose upstream result was since replaced by a different one is stale.
+
+    The store lists every key whose result was recomputed to a different value, and when
+    (``CheckpointStore.changed``); a downstream record written before that moment was
+    computed from the old value. Nothing to look at, nothing spent, when no result changed.
+    """
+    if store is None:
+        return
+    status, reasons = plan.status, plan.reasons
+    for name, up in needs.items():
+        changed = store.changed(up.name)
+        if not changed:
+            continue
+        # this stage's subject -> when the upstream result it takes last changed
+        since: dict[str, float] = {}
+        if up.is_group:
+            entry = changed.get(up.keys.get(GROUP_SUBJECT))
+            if entry is not None:
+                since = dict.fromkeys(plan.status, entry[1])
+        elif plan.is_group:
+            members = set(plan.members)
+            times = [at for key, (sid, at) in changed.items() if sid in members and up.keys.get(sid) == key]
+            if times:
+                since = {GROUP_SUBJECT: max(times)}
+        else:
+            since = {sid: at for key, (sid, at) in changed.items() if up.keys.get(sid) == key}
+        since = {sid: at for sid, at in since.items() if status.get(sid) is SubjectStatus.DONE}
+        if not since:
+            continue
+        written = store.written_at([plan.keys[sid] for sid in since])
+        for sid, at in since.items():
+            if written.get(plan.keys[sid], at) < at:
+                status[sid] = SubjectStatus.STALE
+                reasons[sid] = [f"upstream {name!r} reran with a different result"]
 
 
 def _blocked_reason(sid: str, needs: Mapping[str, StagePlan]) -> list[str]:
@@ -399,6 +456,7 @@ def plan_stage(
             else:
                 candidates.append(sid)
     _judge(plan, candidates, rows, store, frozenset(policy.force_rerun_subjects), prefix + ".")
+    _mark_upstream_changed(plan, needs, store)
     if unavailable:  # keep manifest order
         plan.status = {sid: plan.status[sid] for sid in ids}
     return plan
@@ -453,6 +511,7 @@ def _plan_group(
         return plan
     # force_rerun_subjects names subjects of map stages; it does not force a group stage.
     _judge(plan, [GROUP_SUBJECT], plan.keys, store, frozenset())
+    _mark_upstream_changed(plan, needs, store)
     return plan
 
 

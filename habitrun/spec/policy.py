@@ -170,6 +170,7 @@ class RunPolicy(BaseModel):
     persistent_worker_recycle_after_tasks: int = Field(default=0, ge=0, description="Replace a persistent worker after this many subjects (0: never).")
     worker_threads: int = Field(default=1, ge=1, description="BLAS/OpenMP threads per worker (OMP_NUM_THREADS and friends).")
     worker_memory_limit_mb: int | None = Field(default=None, gt=0, description="Resident memory per worker (with its children) past which it is stopped as out of memory.")
+    log_max_mb: float = Field(default=10.0, gt=0, le=1_000_000, description="A subject's log keeps at most this much of what it printed: the head and the tail, with a line saying how much was cut.")
     start_method: StartMethod = Field(default="forkserver", description="How worker processes start: forkserver (operator module preloaded), spawn, or fork.")
     dask: DaskSettings | None = Field(default=None, description="Dask cluster settings (backend: dask only).")
 
