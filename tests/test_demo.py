@@ -52,12 +52,13 @@ def test_the_readme_demo_runs_from_a_fresh_copy(tmp_path: Path):
     found = rows(run / "subjects.csv")
     assert [r["id"] for r in found] == [f"LUNG{i:03d}" for i in range(1, 25)]
     assert found[0]["ct"] == str(demo / "data/LUNG001/ct.nii.gz") and found[0]["label"] == "1"
-    table = demo / ".habitrun/work/table/_stage"
+    (table,) = (demo / ".habitrun/work/table/_stage").iterdir()  # one work folder per cache key
     features = rows(table / "features.csv")
     assert len(features) == 24 and {"volume_mm3", "sphericity", "entropy", "lesion_count"} <= set(features[0])
     lesions = rows(table / "lesions.csv")
     assert len(lesions) > 24 and {r["lesion"] for r in lesions} == {"1", "2"}  # satellites: per lesion
-    metrics = json.loads((demo / ".habitrun/work/train/_stage/metrics.json").read_text())
+    (trained,) = (demo / ".habitrun/work/train/_stage").iterdir()
+    metrics = json.loads((trained / "metrics.json").read_text())
     assert metrics["n_subjects"] == 24 and metrics["world_size"] == 2 and metrics["accuracy"] >= 0.75
 
     again = habitrun("run", "demo/recipe.yaml", cwd=tmp_path)
