@@ -4,7 +4,9 @@ Reads the recipe, the manifest and (if there is one) the checkpoint store,
 and prints per stage how many subjects are done, failed, stale, pending,
 forced or blocked. ``--reason`` says why each one that would run (or
 cannot) is in that state; ``--json`` prints it all for machines. A store is
-never created or written here.
+never created here, and no record is written: only the digests of input files
+that had to be read go into an existing store's file table, so the next plan
+does not read them again.
 """
 
 from __future__ import annotations
@@ -125,13 +127,29 @@ def reason_groups(stage: StagePlan, store: CheckpointStore | None) -> dict[tuple
     return groups
 
 
+def print_package_changes(console: Console, plan: Plan) -> None:
+    """Per stage, the packages its code imports whose version changed since its stored results."""
+    for stage in plan:
+        if stage.package_changes:
+            console.print(
+                f"[yellow]packages[/] {esc(stage.name)}: {esc(', '.join(stage.package_changes))} since these results"
+                " (not rerun; policy.rerun_on_package_change puts versions in the keys)",
+                highlight=False,
+            )
+
+
 def print_reasons(console: Console, plan: Plan, store: CheckpointStore | None, limit: int) -> None:
     for stage in plan:
         groups = reason_groups(stage, store)
         if not groups:
             continue
         console.print(f"[bold]{esc(stage.name)}[/]")
-        for (status, why), sids in groups.items():
+        ordered = sorted(groups.items(), key=lambda item: -len(item[1]))  # the commonest cause first
+        if limit > 0 and len(ordered) > limit:
+            rest = ordered[limit:]
+            ordered = ordered[:limit]
+            console.print(f"  ({len(rest)} more reasons for {sum(len(s) for _, s in rest)} subjects not shown; --limit 0 shows all)")
+        for (status, why), sids in ordered:
             shown = sids if limit <= 0 else sids[:limit]
             more = f" ... and {len(sids) - len(shown)} more" if len(shown) < len(sids) else ""
             console.print(
@@ -195,6 +213,7 @@ def plan(
         if getattr(subjects, "discovery", None) is not None:
             for line in subjects_lines(loaded, subjects):
                 console.print(f"subjects: {esc(line)}", highlight=False)
+        print_package_changes(console, the_plan)
         if reason:
             print_reasons(console, the_plan, store, limit)
         for note in outside_notes(the_plan, store):

@@ -18,7 +18,13 @@ from typing import Any
 import typer
 
 from habitrun.cli.app import app, err_console
-from habitrun.cli.plan import counts_table, make_console, open_existing_store, store_notes
+from habitrun.cli.plan import (
+    counts_table,
+    make_console,
+    open_existing_store,
+    print_package_changes,
+    store_notes,
+)
 from habitrun.cli.resume import check_run_home
 from habitrun.cli.text import esc
 from habitrun.errors import EXIT_FAILED_SUBJECTS, EXIT_OK, EXIT_USAGE, StoreError
@@ -168,6 +174,7 @@ def status(
                     "started_at": info.get("started_at"), "ended_at": info.get("ended_at"),
                     **({"resume": resume_command(target)} if outcome == RUNNER_DIED else {})},
             "stages": {s.name: s.counts() for s in plan},
+            "packages_changed": {s.name: s.package_changes for s in plan if s.package_changes},
             "failures": failed,
             "unreadable": damaged,
             "store_damage": notes,
@@ -182,6 +189,7 @@ def status(
         console.print("  it did not finish: what it stored is kept; continue with: "
                       f"{esc(resume_command(target))}", highlight=False)
     console.print(counts_table(plan, f"stages of {esc(loaded.recipe.name)} now"))
+    print_package_changes(console, plan)
     for note in notes:
         err_console.print(f"[bold red]store damaged:[/] {esc(note)}", highlight=False)
     if damaged:

@@ -32,7 +32,8 @@ from habitrun.errors import (
     StoreWriteError,
     WorkerStartError,
 )
-from habitrun.planner.plan import GROUP_SUBJECT, StagePlan, SubjectStatus, fingerprints, plan_stage
+from habitrun.planner.context import build_context
+from habitrun.planner.plan import GROUP_SUBJECT, StagePlan, SubjectStatus, plan_stage
 from habitrun.spec.discover import write_table
 from habitrun.spec.gcpause import gc_paused
 from habitrun.spec.loader import LoadedRecipe
@@ -233,6 +234,8 @@ class _StudyRunner:
 
     def prepare(self) -> bool:
         """Check the store's recipe and plan ahead; False when there is nothing to run."""
+        # Input files and code first: a missing input file stops the run before it starts (exit 2).
+        self.key_context = build_context(self.loaded, self.subjects, self.store)
         warning = self.store.check_recipe(
             self.recipe.name, self.loaded.sha256, strict=self.recipe.policy.strict_checkpoint_hash
         )
@@ -241,7 +244,7 @@ class _StudyRunner:
         report = getattr(self.subjects, "discovery", None)
         if report is not None and report.incomplete:  # said on a no-op run too
             self.warnings.append(f"subjects found by {report.source}: {report.incomplete_text()}")
-        self.fingerprints = fingerprints(self.loaded)
+        self.fingerprints = {name: info.fingerprint for name, info in self.key_context.stages.items()}
         if self.resumed_from is not None:
             previous = self.resumed_from.read_provenance()
             self.chain = set(previous.get("run_chain", [])) | {self.resumed_from.run_id}
@@ -337,6 +340,17 @@ class _StudyRunner:
                 facts["running"] = backend.running()
         return facts
 
+    def plan_stage(self, stage: StageSpec) -> StagePlan:
+        """Plan one stage (and keep the plan); results stored under the key an older habitrun
+        gave the same inputs move to today's key here, so what runs after reads them."""
+        plan = plan_stage(self.recipe, stage.name, self.subjects, self.plans, self.store,
+                          self.fingerprints[stage.name], context=self.key_context)
+        if plan.adopted:
+            self.store.adopt([(old, plan.keys[sid], plan.components_json(sid)) for sid, old in plan.adopted.items()])
+            plan.adopted.clear()
+        self.plans[stage.name] = plan
+        return plan
+
     def plan_ahead(self) -> bool:
         """Plan stages in order until one has work; False when none has (a no-op run).
 
@@ -345,9 +359,7 @@ class _StudyRunner:
         made here are the ones run_stage would make, and it reuses them.
         """
         for stage in self.selected:
-            plan = plan_stage(self.recipe, stage.name, self.subjects, self.plans, self.store,
-                              self.fingerprints[stage.name])
-            self.plans[stage.name] = plan
+            plan = self.plan_stage(stage)
             if self.really_to_run(plan):
                 return True
         return False
@@ -456,9 +468,7 @@ class _StudyRunner:
         policy = self.recipe.stage_policy(stage.name)
         plan = self.plans.get(stage.name)  # planned ahead while looking for work
         if plan is None:
-            plan = plan_stage(self.recipe, stage.name, self.subjects, self.plans, self.store,
-                              self.fingerprints[stage.name])
-            self.plans[stage.name] = plan
+            plan = self.plan_stage(stage)
         to_run = self.really_to_run(plan)
         counts = StageCounts(total=len(plan.keys))
         self.counts[stage.name] = counts

@@ -418,6 +418,67 @@ class CheckpointStore:
             con.execute(f"DELETE FROM {_CHANGED} WHERE key IN {_KEYS_PARAM}", (json.dumps(present),))
         return len(present)
 
+    def adopt(self, moves: Sequence[tuple[str, str, str]]) -> int:
+        """Move records, with their results, from old keys to new ones: (old, new, components JSON).
+
+        The planner finds a result stored under the key an older habitrun computed for the same
+        inputs; moving it to today's key keeps it (nothing reruns because the key format changed).
+        """
+        if not moves:
+            return 0
+        moved = 0
+        try:
+            with self._transaction() as con:
+                for old, new, components in moves:
+                    cur = con.execute(
+                        f"UPDATE OR REPLACE {_RECORDS} SET key = ?, components = ? WHERE key = ?",
+                        (new, components, old),
+                    )
+                    moved += cur.rowcount
+                    if self._cache_used:
+                        con.execute("UPDATE OR REPLACE Cache SET key = ? WHERE key = ? AND raw = 1", (new, old))
+        except sqlite3.Error as exc:
+            raise StoreError(
+                f"cannot move {len(moves)} stored result(s) to today's keys in {self.directory} ({exc}); "
+                "nothing was changed, and `habitrun plan` still counts them done"
+            ) from None
+        return moved
+
+    def stage_packages(self, stage: str, *, prefix: str = "", key: str | None = None) -> list[dict]:
+        """The distinct package versions kept with the stage's successes under one key, or under
+        every key starting with ``prefix`` (one scan of the stage's range)."""
+        if key is not None:
+            where, params = "stage = ? AND key = ?", (stage, key)
+        else:
+            upper = prefix[:-1] + chr(ord(prefix[-1]) + 1) if prefix else "\U0010ffff"
+            where, params = "stage = ? AND key >= ? AND key < ?", (stage, prefix, upper)
+        try:
+            rows = self._query(
+                f"SELECT DISTINCT json_extract(components, '$.packages') FROM {_RECORDS} WHERE {where} AND ok = 1",
+                params,
+            )
+        except sqlite3.Error:
+            return []
+        out = []
+        for (text,) in rows:
+            try:
+                value = json.loads(text) if text else None
+            except ValueError:
+                continue
+            if isinstance(value, dict):
+                out.append(value)
+        return out
+
+    def meta(self, name: str) -> str | None:
+        """A value habitrun keeps about the store (see :meth:`set_meta`)."""
+        rows = self._query(f"SELECT value FROM {META_TABLE} WHERE name = ?", (name,))
+        return rows[0][0] if rows else None
+
+    def set_meta(self, name: str, value: str) -> None:
+        """Keep a small named value (e.g. the package versions a stage last ran with)."""
+        with self._transaction() as con:
+            con.execute(f"INSERT OR REPLACE INTO {META_TABLE} VALUES (?, ?)", (name, value))
+
     # -- reading -----------------------------------------------------------------------------
     def states(self, keys: Iterable[str]) -> dict[str, StoredState]:
         """States of the given keys that are stored (one query)."""
