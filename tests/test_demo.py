@@ -65,6 +65,13 @@ def test_the_readme_demo_runs_from_a_fresh_copy(tmp_path: Path):
     assert again.returncode == 0, again.stdout + again.stderr
     assert "nothing to run: 26 subject-stage(s) already stored as done" in again.stdout
 
+    mask = demo / "data/LUNG007/mask.nii.gz"  # edit one subject's mask: its content enters the key
+    mask.write_bytes((demo / "data/LUNG008/mask.nii.gz").read_bytes())
+    plan = habitrun("plan", "demo/recipe.yaml", "--json", cwd=tmp_path)
+    stale = {s["name"]: sorted(sid for sid, v in s["subjects"].items() if v["status"] != "done")
+             for s in json.loads(plan.stdout)["stages"]}
+    assert stale["features"] == ["LUNG007"], plan.stdout[-2000:]
+
 
 def test_the_shipped_cohort_is_what_cohort_py_writes(tmp_path: Path):
     spec = importlib.util.spec_from_file_location("demo_cohort", DEMO / "study_ops" / "cohort.py")
