@@ -24,6 +24,7 @@ from rich.table import Table
 
 from habitrun.cli.app import app, err_console
 from habitrun.cli.text import esc
+from habitrun.cli.validate import subjects_lines
 from habitrun.errors import EXIT_USAGE
 from habitrun.planner.plan import Plan, StagePlan, SubjectStatus, plan_study
 from habitrun.spec.loader import LoadedRecipe, load_recipe
@@ -158,8 +159,16 @@ def print_reasons(console: Console, plan: Plan, store: CheckpointStore | None, l
             console.print("    " + esc(", ".join(shown)) + more, highlight=False)
 
 
-def plan_json(loaded: LoadedRecipe, plan: Plan, store: CheckpointStore | None) -> dict[str, Any]:
+def plan_json(loaded: LoadedRecipe, plan: Plan, store: CheckpointStore | None,
+              subjects: Any = None) -> dict[str, Any]:
     data = plan.to_json(subjects=True)
+    report = getattr(subjects, "discovery", None)
+    if report is not None:
+        data["found"] = {
+            "source": report.source, "files": report.files, "subjects": report.found,
+            "file_columns": list(report.file_columns),
+            "incomplete": {sid: list(missing) for sid, missing in report.incomplete},
+        }
     for stage_data, stage in zip(data["stages"], plan, strict=True):
         failed = [sid for sid, st in stage.status.items() if st is SubjectStatus.FAILED]
         for sid, text in failure_texts(stage, store, failed).items():
@@ -190,7 +199,7 @@ def plan(
         the_plan = plan_study(loaded, subjects, store)
         damaged = store_notes(loaded, store)
         if as_json:
-            data = plan_json(loaded, the_plan, store)
+            data = plan_json(loaded, the_plan, store, subjects)
             data["store_damage"] = damaged
             data["outside_paths"] = outside_notes(the_plan, store)
             typer.echo(json.dumps(data, indent=1, ensure_ascii=False))
@@ -201,6 +210,9 @@ def plan(
         where = f"store {loaded.store_dir()}" if store is not None else "no store yet: nothing has run"
         title = f"plan for {loaded.recipe.name} ({len(subjects)} subjects; {where})"
         console.print(counts_table(the_plan, esc(title)))
+        if getattr(subjects, "discovery", None) is not None:
+            for line in subjects_lines(loaded, subjects):
+                console.print(f"subjects: {esc(line)}", highlight=False)
         print_package_changes(console, the_plan)
         if reason:
             print_reasons(console, the_plan, store, limit)

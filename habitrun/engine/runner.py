@@ -34,6 +34,7 @@ from habitrun.errors import (
 )
 from habitrun.planner.context import build_context
 from habitrun.planner.plan import GROUP_SUBJECT, StagePlan, SubjectStatus, plan_stage
+from habitrun.spec.discover import write_table
 from habitrun.spec.gcpause import gc_paused
 from habitrun.spec.loader import LoadedRecipe
 from habitrun.spec.recipe import StageSpec
@@ -48,6 +49,7 @@ from habitrun.store.runs import RunFolder, key_folder, work_dir
 Observer = Callable[[dict[str, Any]], None]
 GROUP_FILE_NAME = "_stage"  # log/work folder name of a collect or train stage's single task
 RESULT_BATCH = 256  # subjects whose upstream results are fetched from the store at once
+SUBJECTS_TABLE = "subjects.csv"  # the run folder's copy of the subjects found on disk
 
 
 @dataclass
@@ -219,6 +221,17 @@ class _StudyRunner:
                     self.observer(event)
 
     # ------------------------------------------------------------------ run
+    def write_found_subjects(self) -> None:
+        """Subjects found on disk: the table this run used goes into its folder."""
+        report = getattr(self.subjects, "discovery", None)
+        if report is None:
+            return
+        try:
+            write_table(self.run.path / SUBJECTS_TABLE, report.columns,
+                        [(row.id, row.fields) for row in self.subjects])
+        except OSError as exc:
+            raise StoreError(f"cannot write {self.run.path / SUBJECTS_TABLE}: {exc}") from None
+
     def prepare(self) -> bool:
         """Check the store's recipe and plan ahead; False when there is nothing to run."""
         # Input files and code first: a missing input file stops the run before it starts (exit 2).
@@ -228,6 +241,9 @@ class _StudyRunner:
         )
         if warning:
             self.warnings.append(warning)
+        report = getattr(self.subjects, "discovery", None)
+        if report is not None and report.incomplete:  # said on a no-op run too
+            self.warnings.append(f"subjects found by {report.source}: {report.incomplete_text()}")
         self.fingerprints = {name: info.fingerprint for name, info in self.key_context.stages.items()}
         if self.resumed_from is not None:
             previous = self.resumed_from.read_provenance()
@@ -259,6 +275,7 @@ class _StudyRunner:
             provenance=provenance,
         )
         provenance["run_id"] = self.run.run_id
+        self.write_found_subjects()
         for warning in self.warnings:
             self.emit({"event": "warning", "message": warning})
         self.emit({"event": "run_started", "run_id": self.run.run_id, "recipe": str(self.loaded.path),

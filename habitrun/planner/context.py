@@ -166,7 +166,7 @@ def build_context(
     recipe = loaded.recipe
     search_path = tuple(loaded.search_path)
     root = Path(loaded.root)
-    columns = file_columns(loaded)
+    columns = file_columns(loaded, subjects)
     policies = {s.name: recipe.stage_policy(s.name) for s in recipe.stages}
     modes = {name: p.cache for name, p in policies.items()}
     needs_files = bool(columns) or any(s.inputs for s in recipe.stages)

@@ -44,13 +44,18 @@ MAX_PROBLEMS = 20
 _CHUNK = 1 << 20
 
 
-def file_columns(loaded: LoadedRecipe) -> dict[str, bool]:
-    """column -> required, for every manifest column holding input files.
+def file_columns(loaded: LoadedRecipe, subjects: Any = None) -> dict[str, bool]:
+    """column -> required, for every column holding input files.
 
-    The one place the planner asks which columns are files: another source of
-    subjects fills its columns in through ``subjects.files`` the same way.
+    The one place the planner asks which columns are files: the manifest's
+    (``subjects.files``) and, for subjects found on disk (``subjects.from`` /
+    ``bids``), every column discovery filled with a file (``SubjectTable.file_needs``).
     """
-    return loaded.recipe.subjects.file_columns()
+    columns = dict(loaded.recipe.subjects.file_columns())
+    needs = getattr(subjects, "file_needs", None)
+    if needs is not None:
+        columns.update(needs())
+    return columns
 
 
 def cell_paths(cell: Any) -> list[str]:
