@@ -44,6 +44,7 @@ from habitrun.store.guard import (
     inspect_store_dir,
 )
 from habitrun.store.jsontext import compact
+from habitrun.store.trace import TRACE_INSERT, TRACE_SCHEMA, read_trace
 
 _RECORDS = "habitrun_record"
 
@@ -60,6 +61,7 @@ _SCHEMA = (
     f"CREATE INDEX IF NOT EXISTS {_RECORDS}_stage ON {_RECORDS} (stage, subject_id, written_at, ok, key)",
     f"INSERT OR IGNORE INTO {META_TABLE} VALUES ('format', '{STORE_FORMAT}')",
     f"INSERT OR IGNORE INTO {META_TABLE} VALUES ('version', '{STORE_VERSION}')",
+    *TRACE_SCHEMA,  # additive (see store/trace.py): no format change
 )
 # Format 1 -> 2: a success's result may sit in its record (mode and value as diskcache's Disk writes them).
 _UPGRADE_FROM_1 = (
@@ -241,8 +243,8 @@ class CheckpointStore:
         return self._cache._con.execute(sql, params).fetchall()
 
     # -- writing -----------------------------------------------------------------------------
-    def put(self, records: Sequence[Record]) -> None:
-        """Store a batch in one transaction: all of it or (on an error) none of it.
+    def put(self, records: Sequence[Record], trace: Sequence[tuple] = ()) -> None:
+        """Store a batch, and its trace rows (store/trace.py), in one transaction: all or none.
 
         A success's result is serialised by diskcache's ``Disk`` (so it reads back the way
         diskcache reads its own values). A small one goes into the record's own row, one
@@ -250,6 +252,9 @@ class CheckpointStore:
         ``Cache`` row and a file). Storing is then a few tens of microseconds a subject.
         """
         if not records:
+            if trace:
+                with self._transaction() as con:
+                    con.executemany(TRACE_INSERT, trace)
             return
         now = time.time()
         disk = self._cache.disk
@@ -294,6 +299,8 @@ class CheckpointStore:
             with self._cache._transact(retry=True) as (sql, remove_after_commit):
                 self._put_spilled(sql, rows, spilled, now, remove_after_commit)
                 self._cache._con.executemany(_UPSERT, rows)
+                if trace:
+                    self._cache._con.executemany(TRACE_INSERT, trace)
         except BaseException:
             for stored in spilled.values():  # files of a batch that was not written
                 disk.remove(stored[2])
@@ -436,6 +443,18 @@ class CheckpointStore:
                     "policy.force_rerun_subjects for that subject recomputes it"
                 ) from None
         return out
+
+    def trace(self, *, run_id: str | None = None, stage: str | None = None) -> list[tuple]:
+        """Trace rows (columns: store.trace.TRACE_COLUMNS), oldest first."""
+        return read_trace(self._cache._con, run_id=run_id, stage=stage)
+
+    def durations(self, keys: Iterable[str]) -> dict[str, float]:
+        """key -> stored duration of the record (seconds) for the stored ones among ``keys``."""
+        keys = keys if isinstance(keys, list) else list(keys)
+        if not keys:
+            return {}
+        rows = self._query(f"SELECT key, duration FROM {_RECORDS} WHERE key IN {_KEYS_PARAM}", (json.dumps(keys),))
+        return {key: duration for key, duration in rows}
 
     def latest(self, stage: str) -> dict[str, tuple[str, dict]]:
         """subject_id -> (key, components) of the newest record of each subject in ``stage``."""
