@@ -1,3 +1,21 @@
 """habitrun: run a study's per-subject batch pipeline from a YAML recipe."""
 
+from __future__ import annotations
+
+from typing import Any
+
 __version__ = "0.1.0"
+
+
+def results(recipe: Any, stage: str, *, manifest: bool = False) -> Any:
+    """A map stage's current results as a pandas DataFrame indexed by subject id.
+
+    ``habitrun.results("recipe.yaml", "features")``: one row per subject of the
+    manifest (failed ones with their error), the result's keys as columns
+    (nested keys joined with ``.``), plus status, duration and peak memory;
+    ``manifest=True`` adds the manifest's fields. Imported on first call, so
+    ``import habitrun`` stays cheap. Needs the ``tables`` extra (pandas).
+    """
+    from habitrun.planner.results import results as _results
+
+    return _results(recipe, stage, manifest=manifest)

@@ -81,4 +81,4 @@ def trace_rows(recipe: Path) -> list[dict[str, Any]]:
     """Every stored trace row of the study, as dicts."""
     loaded = load_recipe(recipe)
     with CheckpointStore.open(loaded.store_dir(), create=False) as store:
-        return [dict(zip(TRACE_COLUMNS, row)) for row in store.trace()]
+        return [dict(zip(TRACE_COLUMNS, row, strict=True)) for row in store.trace()]
