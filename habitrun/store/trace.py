@@ -75,3 +75,36 @@ def latest_by_key(rows: Sequence[tuple]) -> dict[str, tuple]:
     """cache key -> its newest trace row (the attempt whose outcome is stored)."""
     key = COL["key"]
     return {row[key]: row for row in rows}
+
+
+def percentile(sorted_values: Sequence[float], fraction: float) -> float:
+    """Nearest-rank percentile of an ascending list (not empty)."""
+    index = min(len(sorted_values) - 1, max(0, int(round(fraction * len(sorted_values) + 0.5)) - 1))
+    return sorted_values[index]
+
+
+def spread(values: Sequence[float | None]) -> dict[str, float | None]:
+    """median, p95 and max of the measured values (None when nothing was measured)."""
+    known = sorted(v for v in values if v is not None)
+    if not known:
+        return {"median": None, "p95": None, "max": None}
+    return {"median": percentile(known, 0.5), "p95": percentile(known, 0.95), "max": known[-1]}
+
+
+def stage_stats(rows: Sequence[tuple], slowest: int = 5) -> dict[str, dict[str, Any]]:
+    """Per stage: attempts, duration and peak-memory spreads, and the slowest subjects."""
+    by_stage: dict[str, list[tuple]] = {}
+    for row in rows:
+        by_stage.setdefault(row[COL["stage"]], []).append(row)
+    wall, peak, sid, outcome = COL["wall_sec"], COL["peak_rss_mb"], COL["subject"], COL["outcome"]
+    out: dict[str, dict[str, Any]] = {}
+    for stage, stage_rows in by_stage.items():
+        top = sorted((r for r in stage_rows if r[wall] is not None), key=lambda r: r[wall], reverse=True)[:slowest]
+        out[stage] = {
+            "attempts": len(stage_rows),
+            "duration_sec": spread([r[wall] for r in stage_rows]),
+            "peak_rss_mb": spread([r[peak] for r in stage_rows]),
+            "slowest": [{"subject": r[sid], "duration_sec": r[wall], "peak_rss_mb": r[peak], "outcome": r[outcome]}
+                        for r in top],
+        }
+    return out
