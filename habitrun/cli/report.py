@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.console import Console
 
 from habitrun.cli.app import app, err_console
 from habitrun.cli.htmlreport import write_report
@@ -21,6 +22,7 @@ from habitrun.cli.htmlreport.gather import gather
 from habitrun.cli.plan import open_existing_store
 from habitrun.cli.text import esc
 from habitrun.cli.trace import pick_run
+from habitrun.errors import HabitrunError
 from habitrun.spec.loader import LoadedRecipe, load_recipe
 from habitrun.store.runs import RUNS, RunFolder
 
@@ -36,6 +38,17 @@ def make_report(loaded: LoadedRecipe, run: RunFolder, output: Path | None = None
         if store is not None:
             store.close()
     return write_report(data, output or run.path / REPORT_NAME)
+
+
+def write_run_report(console: Console, loaded: LoadedRecipe, run: RunFolder) -> None:
+    """After a run: its report into its folder. A report that cannot be written is a warning:
+    the run's outcome and exit code stay what they were."""
+    try:
+        path = make_report(loaded, run)
+    except HabitrunError as exc:
+        console.print(f"[yellow]warning:[/] no report: {esc(exc.message)}", highlight=False)
+        return
+    console.print(f"report: {esc(str(path))}", highlight=False)
 
 
 @app.command()

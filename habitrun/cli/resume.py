@@ -18,6 +18,7 @@ from rich.console import Console
 
 from habitrun.cli.app import app
 from habitrun.cli.progress import RunDisplay
+from habitrun.cli.report import write_run_report
 from habitrun.cli.summary import print_summary
 from habitrun.cli.text import esc
 from habitrun.engine.runner import run_study
@@ -62,6 +63,7 @@ def resume(
     target: Optional[Path] = typer.Argument(None, help="Recipe file, study folder or run folder (default: ./recipe.yaml)."),  # noqa: UP045
     use_current: bool = typer.Option(False, "--use-current", help="Use the recipe file as it is now, not as it was run."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the final summary."),
+    report: bool = typer.Option(False, "--report", help="Write report.html into the run folder at the end (as policy.report)."),
 ) -> None:
     """Finish the latest run: nothing that finished is repeated, nothing is lost."""
     console = Console(highlight=False, soft_wrap=True)
@@ -73,6 +75,8 @@ def resume(
         with RunDisplay(console, quiet=quiet) as display:
             summary = run_study(loaded, argv=sys.argv, observer=display.on_event)
         print_summary(console, summary, recipe_arg=str(target or DEFAULT_RECIPE))
+        if report or loaded.recipe.policy.report:
+            write_run_report(console, loaded, summary.run)
         raise typer.Exit(summary.exit_code)
     provenance = previous.read_provenance()
     overrides = tuple(provenance.get("overrides", []))
@@ -103,6 +107,8 @@ def resume(
         summary = run_study(loaded, argv=sys.argv, observer=display.on_event, resumed_from=previous,
                             source_path=recipe_path)
     print_summary(console, summary, recipe_arg=str(target or DEFAULT_RECIPE))
+    if report or loaded.recipe.policy.report:
+        write_run_report(console, loaded, summary.run)
     raise typer.Exit(summary.exit_code)
 
 

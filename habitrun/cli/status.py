@@ -14,8 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich import box
+from rich.table import Table
 
 from habitrun.cli.app import app
+from habitrun.cli.htmlreport.charts import fmt
 from habitrun.cli.plan import counts_table, make_console, open_existing_store
 from habitrun.cli.text import esc
 from habitrun.errors import StoreError
@@ -25,6 +28,7 @@ from habitrun.spec.subjects import load_subjects
 from habitrun.store.checkpoint import CheckpointStore
 from habitrun.store.lock import default_lock_path, holder_alive, read_holder
 from habitrun.store.runs import RunFolder, latest_run
+from habitrun.store.trace import latest_by_key, stage_stats
 
 MAX_FAILURES_SHOWN = 20
 
@@ -92,6 +96,39 @@ def failures(plan: Plan, store: CheckpointStore | None) -> list[dict[str, Any]]:
     return out
 
 
+def resource_stats(plan: Plan, store: CheckpointStore | None) -> dict[str, dict[str, Any]]:
+    """Per stage: duration and peak-memory spreads of the attempts behind the current records."""
+    if store is None:
+        return {}
+    latest = latest_by_key(store.trace())
+    if not latest:
+        return {}
+    chosen = [latest[key] for stage in plan for key in stage.keys.values() if key in latest]
+    return stage_stats(chosen)
+
+
+def resources_table(stats: dict[str, dict[str, Any]]) -> Table:
+    table = Table(title="duration and peak memory of the current results", title_justify="left",
+                  box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("stage")
+    table.add_column("n", justify="right")
+    for column in ("time median", "p95", "max", "memory median", "p95", "max"):
+        table.add_column(column, justify="right")
+    for name, st in stats.items():
+        d, m = st["duration_sec"], st["peak_rss_mb"]
+        table.add_row(esc(name), str(st["attempts"]), *(_seconds(d[k]) for k in ("median", "p95", "max")),
+                      *(_mb(m[k]) for k in ("median", "p95", "max")))
+    return table
+
+
+def _seconds(value: float | None) -> str:
+    return fmt(value, "s").replace("–", "-")
+
+
+def _mb(value: float | None) -> str:
+    return fmt(value, "MB").replace("–", "-")
+
+
 @app.command()
 def status(
     target: Path = typer.Argument(Path("recipe.yaml"), help="A recipe file or a run folder (default: ./recipe.yaml)."),
@@ -113,6 +150,7 @@ def status(
     try:
         plan = plan_study(loaded, subjects, store)
         failed = failures(plan, store)
+        stats = resource_stats(plan, store)
     finally:
         if store is not None:
             store.close()
@@ -123,6 +161,7 @@ def status(
                     "started_at": info.get("started_at"), "ended_at": info.get("ended_at")},
             "stages": {s.name: s.counts() for s in plan},
             "failures": failed,
+            "resources": stats,
         }, indent=1, ensure_ascii=False))
         return
     console.print(f"[bold]run {esc(run.run_id)}[/]: {esc(outcome)}")
@@ -131,6 +170,11 @@ def status(
     if info.get("ended_at"):
         console.print(f"  ended    {esc(str(info['ended_at']))}")
     console.print(counts_table(plan, f"stages of {esc(loaded.recipe.name)} now"))
+    if stats:
+        console.print(resources_table(stats))
+        for name, st in stats.items():
+            slow = ", ".join(f"{esc(s['subject'])} {_seconds(s['duration_sec'])}" for s in st["slowest"])
+            console.print(f"  slowest in {esc(name)}: {slow}", highlight=False)
     if not failed:
         console.print("no failed subjects")
         return

@@ -145,6 +145,7 @@ class RunPolicy(BaseModel):
     worker_memory_limit_mb: int | None = Field(default=None, gt=0, description="Resident memory per worker (with its children) past which it is stopped as out of memory.")
     start_method: StartMethod = Field(default="forkserver", description="How worker processes start: forkserver (operator module preloaded), spawn, or fork.")
     dask: DaskSettings | None = Field(default=None, description="Dask cluster settings (backend: dask only).")
+    report: bool = Field(default=False, description="Write report.html (habitrun report) into the run folder at the end of every run.")
 
     @field_validator("force_rerun_subjects", mode="before")
     @classmethod
