@@ -96,7 +96,7 @@ def stage_table(loaded: LoadedRecipe, stage: str, *, manifest: bool = False) -> 
             "status": _STATUS_WORD.get(status, status.value) if status is not None else None,
             "kind": state.kind if state is not None and not state.ok else None,
             "error": state.error if state is not None and not state.ok else None,
-            "duration_sec": durations.get(key) if state is not None else None,
+            "duration_sec": _rounded(durations.get(key)) if state is not None else None,
             "cpu_sec": trace[COL["cpu_sec"]] if trace else None,
             "peak_rss_mb": trace[COL["peak_rss_mb"]] if trace else None,
         }
@@ -131,3 +131,7 @@ def results(recipe: Any, stage: str, *, manifest: bool = False) -> Any:
     columns, rows = stage_table(loaded, stage, manifest=manifest)
     frame = pd.DataFrame.from_records(rows, columns=columns)
     return frame.set_index("subject_id")
+
+
+def _rounded(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 6)

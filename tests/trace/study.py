@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import textwrap
 from pathlib import Path
@@ -62,8 +63,10 @@ def write_study(folder: Path, rows: list[dict[str, Any]], *, policy: dict[str, A
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "ops.py").write_text(OPS_SOURCE)
     columns = ["subject_id", "mb", "child_mb", "mode", "sec", "fail"]
-    lines = [",".join(columns)] + [",".join(str(r.get(c, "")) for c in columns) for r in rows]
-    (folder / "subjects.csv").write_text("\n".join(lines) + "\n")
+    with open(folder / "subjects.csv", "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(columns)
+        writer.writerows([[r.get(c, "") for c in columns] for r in rows])
     pol = {"backend": "process", "workers": 1, "subject_timeout_sec": 60, "graceful_shutdown_sec": 3}
     pol.update(policy or {})
     stage_list: list[dict[str, Any]] = [{"name": "use", "operator": "ops:use"}]
