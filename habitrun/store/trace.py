@@ -10,6 +10,7 @@ version did not change. Columns that could not be measured are NULL.
 
 from __future__ import annotations
 
+import heapq
 import sqlite3
 from collections.abc import Sequence
 from typing import Any
@@ -94,15 +95,21 @@ def spread(values: Sequence[float | None]) -> dict[str, float | None]:
 def stage_stats(rows: Sequence[tuple], slowest: int = 5) -> dict[str, dict[str, Any]]:
     """Per stage: attempts, duration and peak-memory spreads, and the slowest subjects."""
     by_stage: dict[str, list[tuple]] = {}
+    stage_col = COL["stage"]
     for row in rows:
-        by_stage.setdefault(row[COL["stage"]], []).append(row)
+        group = by_stage.get(row[stage_col])
+        if group is None:
+            by_stage[row[stage_col]] = group = []
+        group.append(row)
     wall, peak, sid, outcome = COL["wall_sec"], COL["peak_rss_mb"], COL["subject"], COL["outcome"]
     out: dict[str, dict[str, Any]] = {}
     for stage, stage_rows in by_stage.items():
-        top = sorted((r for r in stage_rows if r[wall] is not None), key=lambda r: r[wall], reverse=True)[:slowest]
+        walls = [r[wall] for r in stage_rows]
+        known = [i for i, w in enumerate(walls) if w is not None]
+        top = [stage_rows[i] for i in heapq.nlargest(slowest, known, key=walls.__getitem__)]
         out[stage] = {
             "attempts": len(stage_rows),
-            "duration_sec": spread([r[wall] for r in stage_rows]),
+            "duration_sec": spread(walls),
             "peak_rss_mb": spread([r[peak] for r in stage_rows]),
             "slowest": [{"subject": r[sid], "duration_sec": r[wall], "peak_rss_mb": r[peak], "outcome": r[outcome]}
                         for r in top],

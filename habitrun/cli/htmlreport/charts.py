@@ -147,30 +147,34 @@ def assign_lanes(rows: Sequence[tuple]) -> tuple[list[int], list[str]]:
     subject) packs into as many lanes as ran at once, i.e. one per worker slot.
     """
     start, end, pid, host = COL["started_at"], COL["ended_at"], COL["pid"], COL["host"]
-    order = sorted(range(len(rows)), key=lambda i: rows[i][start] or 0.0)
-    lanes_of_host: dict[str, list[list[Any]]] = {}  # host -> [[free_at, last_pid, lane_index]]
+    starts = [row[start] or 0.0 for row in rows]
+    order = sorted(range(len(rows)), key=starts.__getitem__)
+    free_at: list[float] = []  # per lane: when its last bar ended
+    lanes_of_host: dict[str, list[int]] = {}
+    lane_of_pid: dict[tuple[str, int | None], int] = {}
     lane_of = [0] * len(rows)
     labels: list[str] = []
     for i in order:
         row = rows[i]
-        lanes = lanes_of_host.setdefault(row[host] or "?", [])
-        s, e, p = row[start] or 0.0, row[end] or row[start] or 0.0, row[pid]
-        chosen = None
-        for lane in lanes:  # the lane this pid used last, if free
-            if lane[1] == p and p is not None and lane[0] <= s + 1e-3:
-                chosen = lane
-                break
-        if chosen is None:
-            for lane in lanes:
-                if lane[0] <= s + 1e-3:
-                    chosen = lane
+        h, p = row[host] or "?", row[pid]
+        s = starts[i]
+        e = row[end] or s
+        lane = lane_of_pid.get((h, p))
+        if lane is None or free_at[lane] > s + 1e-3:
+            lane = None
+            lanes = lanes_of_host.setdefault(h, [])
+            for candidate in lanes:
+                if free_at[candidate] <= s + 1e-3:
+                    lane = candidate
                     break
-        if chosen is None:
-            chosen = [0.0, p, len(labels)]
-            lanes.append(chosen)
-            labels.append(f"{row[host] or '?'} · worker {len(lanes)}")
-        chosen[0], chosen[1] = e, p
-        lane_of[i] = chosen[2]
+            if lane is None:
+                lane = len(labels)
+                lanes.append(lane)
+                free_at.append(0.0)
+                labels.append(f"{h} · worker {len(lanes)}")
+            lane_of_pid[(h, p)] = lane
+        free_at[lane] = e
+        lane_of[i] = lane
     return lane_of, labels
 
 
@@ -237,29 +241,48 @@ def _bars(rows: Sequence[tuple], lane_of: list[int], colors: dict[str, str], t0:
 def _aggregated(rows: Sequence[tuple], lane_of: list[int], lanes: int, colors: dict[str, str], t0: float,
                 span: float, left: int, top: int, lane_h: int, bar_h: int, plot_w: int) -> list[str]:
     start, end, stage, outcome = COL["started_at"], COL["ended_at"], COL["stage"], COL["outcome"]
+    names = list(colors) + sorted({r[stage] for r in rows} - set(colors))
+    index = {name: k for k, name in enumerate(names)}
+    width = len(names)
     slice_sec = span / COLUMNS
-    busy: dict[tuple[int, int], dict[str, float]] = {}
-    counts: dict[tuple[int, int], int] = {}
+    last_col = COLUMNS - 1
+    busy = [0.0] * (lanes * COLUMNS * width)  # (lane, column, stage) -> seconds busy
+    started = [0] * (lanes * COLUMNS)
     marks = []
     for row, lane in zip(rows, lane_of, strict=True):
         s = row[start] - t0
-        e = max(s, (row[end] or row[start]) - t0)
-        first, last = int(s / slice_sec), min(COLUMNS - 1, int(e / slice_sec))
-        for col in range(min(first, COLUMNS - 1), last + 1):
-            overlap = min(e, (col + 1) * slice_sec) - max(s, col * slice_sec)
-            cell = busy.setdefault((lane, col), {})
-            cell[row[stage]] = cell.get(row[stage], 0.0) + max(overlap, slice_sec * 0.02)
-        counts[(lane, min(first, COLUMNS - 1))] = counts.get((lane, min(first, COLUMNS - 1)), 0) + 1
+        e = (row[end] or row[start]) - t0
+        if e < s:
+            e = s
+        first = int(s / slice_sec)
+        if first > last_col:
+            first = last_col
+        last = int(e / slice_sec)
+        if last > last_col:
+            last = last_col
+        base = lane * COLUMNS
+        started[base + first] += 1
+        k = index[row[stage]]
+        if first == last:
+            busy[(base + first) * width + k] += e - s
+        else:
+            for col in range(first, last + 1):
+                busy[(base + col) * width + k] += min(e, (col + 1) * slice_sec) - max(s, col * slice_sec)
         if row[outcome] != "done" and len(marks) < MAX_MARKS:
             marks.append((row, lane))
     col_w = plot_w / COLUMNS
     out = []
-    for (lane, col), by_stage in busy.items():
-        name, time_in = max(by_stage.items(), key=lambda kv: kv[1])
-        fraction = min(1.0, sum(by_stage.values()) / slice_sec)
+    for cell in range(lanes * COLUMNS):
+        by_stage = busy[cell * width:(cell + 1) * width]
+        total = sum(by_stage)
+        if total <= 0 and not started[cell]:
+            continue
+        lane, col = divmod(cell, COLUMNS)
+        name = names[max(range(width), key=by_stage.__getitem__)]
+        fraction = min(1.0, total / slice_sec)
         out.append(f'<rect class="span agg" x="{left + col * col_w:.1f}" y="{top + lane * lane_h + (lane_h - bar_h) / 2:.1f}" '
                    f'width="{col_w + 0.3:.2f}" height="{bar_h}" fill="{colors.get(name, PALETTE[0])}" '
-                   f'fill-opacity="{0.25 + 0.75 * fraction:.2f}"><title>{counts.get((lane, col), 0)} started · '
+                   f'fill-opacity="{0.25 + 0.75 * fraction:.2f}"><title>{started[cell]} started · '
                    f'mostly {esc(name)} · busy {fraction:.0%}</title></rect>')
     scale = plot_w / span
     for row, lane in marks:

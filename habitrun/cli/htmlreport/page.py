@@ -96,6 +96,10 @@ JS = """
 """
 
 
+def _count(value: object) -> str:
+    return f"{value:,}" if isinstance(value, int) else esc("–" if value is None else value)
+
+
 def _wall(data: ReportData) -> float | None:
     summary = data.provenance.get("summary") or {}
     if summary.get("duration_sec") is not None:
@@ -112,7 +116,7 @@ def _summary(data: ReportData) -> str:
     cpu = sum(r[COL["cpu_sec"]] or 0.0 for r in data.rows)
     cards = [
         ("outcome", f'<span class="badge {esc(data.outcome)}">{esc(data.outcome)}</span>'),
-        ("subjects", esc(prov.get("subjects", "–"))),
+        ("subjects", _count(prov.get("subjects"))),
         ("attempts run", f"{attempts:,}"),
         ("failed", f"{failed:,}"),
         ("wall time", esc(fmt(_wall(data), "s"))),
@@ -141,7 +145,7 @@ def _stages(data: ReportData) -> str:
         d, m = st.get("duration_sec", {}), st.get("peak_rss_mb", {})
         cells = [c.get("total"), c.get("done"), c.get("cached"), c.get("failed"), c.get("skipped"), c.get("not_run")]
         out.append(f"<tr><td>{esc(stage.name)}</td><td>{esc(stage.kind)}</td>")
-        out.extend(f'<td class="n">{esc("–" if v is None else v)}</td>' for v in cells)
+        out.extend(f'<td class="n">{_count(v)}</td>' for v in cells)
         out.extend(f'<td class="n">{esc(fmt(d.get(k), "s"))}</td>' for k in ("median", "p95", "max"))
         out.extend(f'<td class="n">{esc(fmt(m.get(k), "MB"))}</td>' for k in ("median", "p95", "max"))
         out.append("</tr>")
