@@ -22,7 +22,7 @@ from habitrun.engine.backends import BackendPool
 from habitrun.engine.control import StopFlag
 from habitrun.engine.recorder import Recorder
 from habitrun.engine.signals import exit_code_for, stop_on_signals
-from habitrun.engine.tracing import event_fields, trace_row
+from habitrun.engine.tracing import done_event, failed_event, trace_row
 from habitrun.errors import EXIT_FAILED_SUBJECTS, EXIT_OK
 from habitrun.planner.plan import GROUP_SUBJECT, StagePlan, SubjectStatus, fingerprints, plan_stage
 from habitrun.spec.gcpause import gc_paused
@@ -331,17 +331,12 @@ class _StudyRunner:
                     records.append(self.record(stage.name, plan, task, outcome))
                     row = trace_row(run_id, stage.name, outcome, "done", queued_at, now)
                     trace.append(row)
-                    events.append({"event": "subject_done", "stage": stage.name, "subject": sid,
-                                   "attempt": task.attempt, "duration_sec": row[10],
-                                   "pid": outcome.worker_pid, **event_fields(row)})
+                    events.append(done_event(stage.name, row))
                     continue
                 final = task.attempt > rounds or fail_fast or self.stop.is_set()
                 row = trace_row(run_id, stage.name, outcome, "failed" if final else "retried", queued_at, now)
                 trace.append(row)
-                events.append({"event": "subject_failed", "stage": stage.name, "subject": sid,
-                               "attempt": task.attempt, "kind": outcome.kind, "error": outcome.error,
-                               "final": final, "log": task.log_path, "pid": outcome.worker_pid,
-                               "duration_sec": row[10], **event_fields(row)})
+                events.append(failed_event(stage.name, row, final))
                 if final:
                     plan.status[sid] = SubjectStatus.FAILED
                     counts.failed += 1

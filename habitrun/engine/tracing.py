@@ -34,8 +34,16 @@ def trace_row(run_id: str, stage: str, outcome: SubjectOutcome, word: str, queue
             outcome.worker_pid, host, gpu, task.key, None if ok else task.log_path)
 
 
-def event_fields(row: tuple) -> dict[str, Any]:
-    """The trace fields an event carries besides the ones it always had."""
-    return {"queued_at": row[7], "started_at": row[8], "ended_at": row[9], "cpu_sec": row[11],
-            "peak_rss_mb": row[12], "child_peak_rss_mb": row[13], "read_bytes": row[14],
-            "write_bytes": row[15], "host": row[17], "gpu": row[18]}
+def done_event(stage: str, row: tuple) -> dict[str, Any]:
+    """The ``subject_done`` event of a traced attempt (one dict literal: this runs per subject)."""
+    return {"event": "subject_done", "stage": stage, "subject": row[2], "attempt": row[3], "duration_sec": row[10],
+            "pid": row[16], "queued_at": row[7], "started_at": row[8], "ended_at": row[9], "cpu_sec": row[11],
+            "peak_rss_mb": row[12], "read_bytes": row[14], "write_bytes": row[15], "host": row[17], "gpu": row[18]}
+
+
+def failed_event(stage: str, row: tuple, final: bool) -> dict[str, Any]:
+    """The ``subject_failed`` event of a traced attempt."""
+    return {"event": "subject_failed", "stage": stage, "subject": row[2], "attempt": row[3], "kind": row[5],
+            "error": row[6], "final": final, "log": row[20], "pid": row[16], "duration_sec": row[10],
+            "queued_at": row[7], "started_at": row[8], "ended_at": row[9], "cpu_sec": row[11],
+            "peak_rss_mb": row[12], "read_bytes": row[14], "write_bytes": row[15], "host": row[17], "gpu": row[18]}

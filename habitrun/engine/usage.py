@@ -53,6 +53,8 @@ class Meter:
         self.clear_fd = _open("/proc/self/clear_refs", os.O_WRONLY)
         self.io_fd = _open("/proc/self/io", os.O_RDONLY)
         self.fresh = True  # no subject measured in this process yet: its peak is the subject's anyway
+        # Read once: a worker pins its GPU before its first subject and never changes it.
+        self.gpu = os.environ.get("CUDA_VISIBLE_DEVICES")
 
     def _reset_peak(self) -> bool:
         if self.clear_fd is not None:
@@ -104,8 +106,7 @@ class Meter:
         read = write = None
         if io0 is not None and io1 is not None:
             read, write = io1[0] - io0[0], io1[1] - io0[1]
-        return (started, ended, round(max(cpu, 0.0), 6), peak, child_peak, read, write, self.host,
-                os.environ.get("CUDA_VISIBLE_DEVICES"))
+        return (started, ended, round(max(cpu, 0.0), 6), peak, child_peak, read, write, self.host, self.gpu)
 
 
 _meter: Meter | None = None
