@@ -66,47 +66,47 @@ class Meter:
                 self.clear_fd = None
         return False
 
-    def _io(self) -> tuple[int, int] | None:
-        """(rchar, wchar): bytes through read/write calls, children reaped so far included."""
+    def _io_text(self) -> bytes | None:
+        """/proc/self/io as it is now (rchar and wchar: bytes through read/write calls, reaped children included)."""
         if self.io_fd is None:
             return None
         try:
-            text = os.pread(self.io_fd, 512, 0)
+            return os.pread(self.io_fd, 256, 0)
         except OSError:
-            return None
-        lines = text.split(b"\n", 2)
-        try:
-            return int(lines[0].split()[1]), int(lines[1].split()[1])
-        except (IndexError, ValueError):
             return None
 
     def begin(self) -> tuple[Any, ...]:
-        """Snapshot taken right before the subject starts (resets the peak)."""
+        """Snapshot taken right before the subject starts (resets the peak); parsed only in :meth:`end`."""
         exact = self._reset_peak() or self.fresh
         self.fresh = False
-        own = _getrusage(_SELF)
-        kids = _getrusage(_CHILDREN)
-        return (time.time(), own.ru_utime + own.ru_stime, kids.ru_utime + kids.ru_stime, kids.ru_maxrss,
-                self._io(), exact)
+        return (time.time(), _getrusage(_SELF), _getrusage(_CHILDREN), self._io_text(), exact)
 
     def end(self, mark: tuple[Any, ...]) -> Usage:
         """The subject's usage since :meth:`begin`."""
-        started, cpu0, kid_cpu0, kid_max0, io0, exact = mark
         own = _getrusage(_SELF)
         kids = _getrusage(_CHILDREN)
         ended = time.time()
-        io1 = self._io()
-        cpu = (own.ru_utime + own.ru_stime - cpu0) + (kids.ru_utime + kids.ru_stime - kid_cpu0)
-        child_peak = int(kids.ru_maxrss * _MAXRSS_KB) if kids.ru_maxrss > kid_max0 else None
-        if kids.ru_maxrss == kid_max0 == 0:
+        io1 = self._io_text()
+        started, own0, kids0, io0, exact = mark
+        cpu = (own.ru_utime - own0.ru_utime + own.ru_stime - own0.ru_stime
+               + kids.ru_utime - kids0.ru_utime + kids.ru_stime - kids0.ru_stime)
+        kid_max, kid_max0 = kids.ru_maxrss, kids0.ru_maxrss
+        if kid_max > kid_max0:
+            child_peak: int | None = int(kid_max * _MAXRSS_KB)
+        elif kid_max == 0:
             child_peak = 0  # no child was ever waited for in this process: nothing to charge
-        peak = None
-        if exact:
-            peak = int(own.ru_maxrss * _MAXRSS_KB) + (child_peak or 0)
+        else:
+            child_peak = None  # children may have run, below an earlier child's peak: unknown
+        peak = int(own.ru_maxrss * _MAXRSS_KB) + (child_peak or 0) if exact else None
         read = write = None
         if io0 is not None and io1 is not None:
-            read, write = io1[0] - io0[0], io1[1] - io0[1]
-        return (started, ended, round(max(cpu, 0.0), 6), peak, child_peak, read, write, self.host, self.gpu)
+            try:
+                a, b = io0.split(None, 4), io1.split(None, 4)
+                read, write = int(b[1]) - int(a[1]), int(b[3]) - int(a[3])
+            except (IndexError, ValueError):
+                pass
+        return (started, ended, round(cpu, 6) if cpu > 0 else 0.0, peak, child_peak, read, write, self.host,
+                self.gpu)
 
 
 _meter: Meter | None = None
