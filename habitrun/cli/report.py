@@ -17,8 +17,6 @@ import typer
 from rich.console import Console
 
 from habitrun.cli.app import app, err_console
-from habitrun.cli.htmlreport import write_report
-from habitrun.cli.htmlreport.gather import gather
 from habitrun.cli.plan import open_existing_store
 from habitrun.cli.text import esc
 from habitrun.cli.trace import pick_run
@@ -31,6 +29,11 @@ REPORT_NAME = "report.html"
 
 def make_report(loaded: LoadedRecipe, run: RunFolder, output: Path | None = None) -> Path:
     """Write ``run``'s report to ``output`` (default: report.html in the run folder)."""
+    from habitrun.cli.htmlreport.gather import (
+        gather,  # here: `habitrun run` starts faster without it
+    )
+    from habitrun.cli.htmlreport.page import write_report
+
     store = open_existing_store(loaded)
     try:
         data = gather(loaded, run, store)

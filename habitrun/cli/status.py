@@ -18,9 +18,9 @@ from rich import box
 from rich.table import Table
 
 from habitrun.cli.app import app
-from habitrun.cli.htmlreport.charts import fmt
 from habitrun.cli.plan import counts_table, make_console, open_existing_store
 from habitrun.cli.text import esc
+from habitrun.cli.text import human as fmt
 from habitrun.errors import StoreError
 from habitrun.planner.plan import Plan, SubjectStatus, plan_study
 from habitrun.spec.loader import LoadedRecipe, load_recipe

@@ -5,7 +5,3 @@ subjects' log tails), charts.py draws histograms and the timeline as SVG,
 page.py lays the page out. See docs/report.md for why the charts are
 hand-written SVG rather than an embedded charting library.
 """
-
-from habitrun.cli.htmlreport.page import build_report, write_report
-
-__all__ = ["build_report", "write_report"]

@@ -15,6 +15,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from habitrun.cli.text import human as fmt
 from habitrun.store.trace import COL
 
 PALETTE = ("#4e79a7", "#59a14f", "#9c755f", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#bab0ac",
@@ -29,33 +30,6 @@ MAX_MARKS = 2000  # failure marks drawn on an aggregated timeline
 def esc(text: Any) -> str:
     """User text for HTML or SVG (element text and attribute values alike)."""
     return html.escape(str(text), quote=True)
-
-
-def fmt(value: float | None, unit: str = "") -> str:
-    """A short, readable number: 0.0123 s, 12.3 s, 1.2k, 3,400 MB."""
-    if value is None:
-        return "–"
-    if unit == "s" and value:
-        if value >= 3600:
-            return f"{value / 3600:.1f} h"
-        if value >= 120:
-            return f"{value / 60:.1f} min"
-        if abs(value) < 1e-3:
-            return f"{value * 1e6:.0f} µs"
-        if abs(value) < 1:
-            return f"{value * 1e3:.3g} ms"
-    magnitude = abs(value)
-    if magnitude >= 1000:
-        text = f"{value:,.0f}"
-    elif magnitude >= 100:
-        text = f"{value:.0f}"
-    elif magnitude >= 10:
-        text = f"{value:.1f}"
-    elif magnitude >= 0.01 or magnitude == 0:
-        text = f"{value:.2f}"
-    else:
-        text = f"{value:.2g}"
-    return f"{text} {unit}".strip()
 
 
 def nice_step(span: float, ticks: int = 5) -> float:
