@@ -73,3 +73,28 @@ def test_serial_backend_measures_and_failures_are_traced_per_attempt(tmp_path: P
     assert bad[-1]["kind"] == "exception" and "boom" in bad[-1]["error"] and bad[-1]["log"]
     ok = next(r for r in rows if r["subject"] == "ok")
     assert ok["peak_rss_mb"] > 0 and ok["cpu_sec"] is not None and ok["error"] is None
+
+
+@linux_only
+@pytest.mark.dask
+@pytest.mark.timeout(180)
+def test_dask_backend_fills_the_trace(tmp_path: Path) -> None:
+    pytest.importorskip("distributed", reason="dask.distributed is not installed (the dask extra)")
+    recipe = write_study(tmp_path, [{"subject_id": "A", "mb": 150}, {"subject_id": "B", "mb": 5},
+                                    {"subject_id": "C", "mode": "busy", "sec": 0.3}],
+                         policy={"backend": "dask", "workers": 1})
+    assert run(recipe) == 0
+    rows = by_subject(recipe)
+    assert rows["A"]["peak_rss_mb"] >= 140 and rows["B"]["peak_rss_mb"] < rows["A"]["peak_rss_mb"] - 100
+    assert rows["C"]["cpu_sec"] >= 0.25
+    assert all(row["host"] and row["pid"] for row in rows.values())
+
+
+def test_a_killed_subject_keeps_what_the_runner_saw_and_nulls_the_rest(tmp_path: Path) -> None:
+    recipe = write_study(tmp_path, [{"subject_id": "slow", "mode": "sleep", "sec": 30}, {"subject_id": "ok"}],
+                         policy={"subject_timeout_sec": 1, "auto_retry_rounds": 0})
+    assert run(recipe) == 1
+    slow = by_subject(recipe)["slow"]
+    assert slow["outcome"] == "failed" and slow["kind"] == "timeout"
+    assert 1 <= slow["wall_sec"] < 20 and slow["started_at"] < slow["ended_at"]
+    assert slow["cpu_sec"] is None and slow["peak_rss_mb"] is None and slow["read_bytes"] is None
