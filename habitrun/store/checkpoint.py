@@ -61,7 +61,6 @@ _SCHEMA = (
     f"CREATE INDEX IF NOT EXISTS {_RECORDS}_stage ON {_RECORDS} (stage, subject_id, written_at, ok, key)",
     f"INSERT OR IGNORE INTO {META_TABLE} VALUES ('format', '{STORE_FORMAT}')",
     f"INSERT OR IGNORE INTO {META_TABLE} VALUES ('version', '{STORE_VERSION}')",
-    *TRACE_SCHEMA,  # additive (see store/trace.py): no format change
 )
 # Format 1 -> 2: a success's result may sit in its record (mode and value as diskcache's Disk writes them).
 _UPGRADE_FROM_1 = (
@@ -216,7 +215,9 @@ class CheckpointStore:
         store = cls(directory, cache)
         try:
             with store._transaction() as con:
-                for statement in _SCHEMA:
+                # The trace table is additive (store/trace.py): made by a writer only, so a
+                # reader of an older store adds nothing to it.
+                for statement in _SCHEMA + (TRACE_SCHEMA if create else ()):
                     con.execute(statement)
                 _upgrade(con)
         except BaseException:
