@@ -98,3 +98,14 @@ def test_a_killed_subject_keeps_what_the_runner_saw_and_nulls_the_rest(tmp_path:
     assert slow["outcome"] == "failed" and slow["kind"] == "timeout"
     assert 1 <= slow["wall_sec"] < 20 and slow["started_at"] < slow["ended_at"]
     assert slow["cpu_sec"] is None and slow["peak_rss_mb"] is None and slow["read_bytes"] is None
+
+
+def test_the_gpu_a_worker_was_pinned_to_is_traced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")  # the pool the batch system gave (no GPU is touched)
+    recipe = write_study(tmp_path, [{"subject_id": f"S{i}", "mode": "sleep", "sec": 0.05} for i in range(6)],
+                         policy={"workers": 2, "cap_workers_to_gpu_pool": True})
+    assert run(recipe) == 0
+    rows = trace_rows(recipe)
+    assert {row["gpu"] for row in rows} == {"3", "5"}
+    for row in rows:  # one device per worker
+        assert {r["gpu"] for r in rows if r["pid"] == row["pid"]} == {row["gpu"]}

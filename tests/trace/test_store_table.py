@@ -55,3 +55,22 @@ def test_a_store_without_the_table_is_read_without_adding_it(tmp_path: Path) -> 
     with CheckpointStore.open(directory) as store:  # a writer adds it
         store.put([], [_row(0)])
     assert TRACE_TABLE in _tables(directory)
+
+
+def test_an_unstorable_result_is_traced_as_the_failure_it_became(tmp_path: Path) -> None:
+    import threading
+
+    from habitrun.engine.recorder import Recorder
+
+    with CheckpointStore.open(tmp_path / "store") as store:
+        rec = Recorder(store, lambda events: None)
+        try:
+            rec.submit([Record("s", "k0", "S0", True, result=1), Record("s", "k1", "S1", True, result=threading.Lock())],
+                       [], [_row(0), _row(1)])
+            rec.flush()
+        finally:
+            rec.close()
+        rows = {r[TRACE_COLUMNS.index("subject")]: dict(zip(TRACE_COLUMNS, r, strict=True)) for r in store.trace()}
+    assert rows["S0"]["outcome"] == "done"
+    assert rows["S1"]["outcome"] == "failed" and rows["S1"]["kind"] == "unpicklable"
+    assert "cannot be stored" in rows["S1"]["error"]
