@@ -12,6 +12,9 @@ from habitrun.spec.loader import load_recipe
 from habitrun.store.checkpoint import CheckpointStore
 from habitrun.store.trace import TRACE_COLUMNS
 
+# A name of its own: the serial backend imports operators into the test process itself, where
+# another test's `ops` module may already sit in sys.modules.
+OPS_MODULE = "habitrun_trace_test_ops"
 OPS_SOURCE = textwrap.dedent('''
     import subprocess
     import sys
@@ -61,7 +64,7 @@ def write_study(folder: Path, rows: list[dict[str, Any]], *, policy: dict[str, A
                 stages: str = "one") -> Path:
     """A study whose subjects' fields say what each does (mb, child_mb, mode, sec, fail)."""
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "ops.py").write_text(OPS_SOURCE)
+    (folder / f"{OPS_MODULE}.py").write_text(OPS_SOURCE)
     columns = ["subject_id", "mb", "child_mb", "mode", "sec", "fail"]
     with open(folder / "subjects.csv", "w", newline="") as fh:
         writer = csv.writer(fh)
@@ -69,10 +72,10 @@ def write_study(folder: Path, rows: list[dict[str, Any]], *, policy: dict[str, A
         writer.writerows([[r.get(c, "") for c in columns] for r in rows])
     pol = {"backend": "process", "workers": 1, "subject_timeout_sec": 60, "graceful_shutdown_sec": 3}
     pol.update(policy or {})
-    stage_list: list[dict[str, Any]] = [{"name": "use", "operator": "ops:use"}]
+    stage_list: list[dict[str, Any]] = [{"name": "use", "operator": f"{OPS_MODULE}:use"}]
     if stages == "three":
-        stage_list += [{"name": "double", "operator": "ops:double", "needs": ["use"]},
-                       {"name": "total", "kind": "collect", "operator": "ops:total", "needs": ["double"]}]
+        stage_list += [{"name": "double", "operator": f"{OPS_MODULE}:double", "needs": ["use"]},
+                       {"name": "total", "kind": "collect", "operator": f"{OPS_MODULE}:total", "needs": ["double"]}]
     recipe = {"habitrun": 1, "name": "trace-test", "subjects": {"manifest": "subjects.csv"},
               "policy": pol, "stages": stage_list}
     path = folder / "recipe.yaml"

@@ -80,12 +80,14 @@ def test_serial_backend_measures_and_failures_are_traced_per_attempt(tmp_path: P
 @pytest.mark.timeout(180)
 def test_dask_backend_fills_the_trace(tmp_path: Path) -> None:
     pytest.importorskip("distributed", reason="dask.distributed is not installed (the dask extra)")
-    recipe = write_study(tmp_path, [{"subject_id": "A", "mb": 150}, {"subject_id": "B", "mb": 5},
+    recipe = write_study(tmp_path, [{"subject_id": "A", "mb": 300}, {"subject_id": "B", "mb": 5},
                                     {"subject_id": "C", "mode": "busy", "sec": 0.3}],
                          policy={"backend": "dask", "workers": 1})
     assert run(recipe) == 0
     rows = by_subject(recipe)
-    assert rows["A"]["peak_rss_mb"] >= 140 and rows["B"]["peak_rss_mb"] < rows["A"]["peak_rss_mb"] - 100
+    # A Dask worker may hold freed memory that A's allocation reuses, so only the difference is sure.
+    peaks = [(r["subject"], r["peak_rss_mb"]) for r in rows.values()]
+    assert rows["A"]["peak_rss_mb"] >= 280 and rows["B"]["peak_rss_mb"] < rows["A"]["peak_rss_mb"] - 100, peaks
     assert rows["C"]["cpu_sec"] >= 0.25
     assert all(row["host"] and row["pid"] for row in rows.values())
 
