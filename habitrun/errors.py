@@ -44,6 +44,21 @@ class StoreError(HabitrunError):
     """The checkpoint store or run folder cannot be used as it is (exit 2)."""
 
 
+class StoreWriteError(StoreError):
+    """The store or run folder refused a write mid-run (a full disk): the run stopped (exit 2).
+
+    The message ends with "continue with:"; :meth:`with_resume` completes it with the
+    command as the user would type it, which only the CLI knows.
+    """
+
+    def __init__(self, message: str, *, folder: object = None) -> None:
+        super().__init__(message)
+        self.folder = folder
+
+    def with_resume(self, command: str) -> StoreWriteError:
+        return StoreWriteError(f"{self.message} {command}", folder=self.folder)
+
+
 class LockHeldError(StoreError):
     """Another live run holds the store's lock (exit 2)."""
 

@@ -196,6 +196,11 @@ class RunDisplay:
             self.print(f"{_tag(stage)} finished: {e['done']} done, {e['cached']} cached, {e['failed']} failed, "
                        f"{e['skipped']} skipped" + (f", {e['not_run']} not run" if e.get("not_run") else ""))
 
+    def _on_checkpoint_cleared(self, e: dict[str, Any]) -> None:
+        retried = f", {e['retried']} after a retry" if e.get("retried") else ""
+        self.print(f"{_tag(e['stage'])} checkpoint cleared: {e['records']} record(s) removed "
+                   f"(clear_checkpoint_on_success; every subject succeeded{retried})")
+
     def _on_train_started(self, e: dict[str, Any]) -> None:
         self.print(f"{_tag(e['stage'])} starting {e['nproc_per_node']} rank(s)")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import shlex
 import sys
 from pathlib import Path
 from typing import Optional
@@ -22,35 +23,70 @@ from habitrun.cli.report import write_run_report
 from habitrun.cli.summary import print_summary
 from habitrun.cli.text import esc
 from habitrun.engine.runner import run_study
-from habitrun.errors import HabitrunError, RecipeError, StoreError
+from habitrun.errors import HabitrunError, RecipeError, StoreError, StoreWriteError
 from habitrun.spec.loader import LoadedRecipe, load_recipe
-from habitrun.store.runs import RunFolder, latest_run
+from habitrun.store.runs import RUNS, RunFolder, latest_run
 
 DEFAULT_RECIPE = Path("recipe.yaml")
 
 
-def find_run(target: Path | None) -> tuple[RunFolder | None, Path]:
-    """The run to continue (None: no run was ever started) and the recipe file it came from."""
+def find_run(target: Path | None) -> tuple[RunFolder | None, Path, Path]:
+    """The run to continue (None: no run was ever started), the recipe file and the study root.
+
+    Given a recipe (or its folder), the study is that recipe's folder, wherever the run
+    was first made: a copied study (``cp -a A C``) resumes in C, on C's store. Given a
+    run folder, the study is the one the run was made in, and the run folder must be
+    where that study keeps its runs.
+    """
     target = target or DEFAULT_RECIPE
     if target.is_dir() and (target / "source.json").is_file():
         run = RunFolder.open(target)
-        return run, Path(run.source["recipe_path"])
+        recipe_path = Path(run.source["recipe_path"])
+        if not RunFolder.is_complete(target):
+            raise StoreError(f"{target} is an incomplete run folder (no provenance.json: its runner was killed "
+                             f"while making it, before any subject ran); resume the study by its recipe: "
+                             f"habitrun resume {shlex.quote(str(recipe_path))}")
+        return run, recipe_path, Path(run.source.get("root") or recipe_path.parent)
     if target.is_dir():
         target = target / "recipe.yaml"
     if not target.is_file():
         raise RecipeError(f"{target}: no such recipe file or run folder; give the recipe (habitrun resume RECIPE) "
                           f"or a run folder (.habitrun/runs/<run>)")
     loaded = load_recipe(target)
-    return latest_run(loaded.run_root()), target.resolve()
+    return latest_run(loaded.run_root()), target.resolve(), loaded.root
 
 
-def stored_recipe(run: RunFolder) -> LoadedRecipe:
-    root = Path(run.source.get("root") or Path(run.source["recipe_path"]).parent)
+def check_run_home(run: RunFolder, loaded: LoadedRecipe, *, named: Path) -> None:
+    """Refuse a run folder that is not where ``loaded`` keeps its runs (copied or moved):
+    replaying it would read and write another study's store."""
+    home = loaded.run_root() / RUNS
+    if _same_folder(run.path.parent, home):
+        return
+    raise StoreError(
+        f"{named} is not in the runs folder of the study it belongs to ({home}): the run folder, or its "
+        f"study, was copied or moved, and resuming it would write to {loaded.run_root()}. To resume the "
+        "study that holds it, name that study's recipe: habitrun resume <study folder>/recipe.yaml"
+    )
+
+
+def _same_folder(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve() or a.samefile(b)
+    except OSError:
+        return False
+
+
+def stored_recipe(run: RunFolder, root: Path) -> LoadedRecipe:
+    """The resolved recipe the run stored, loaded against the study folder ``root``."""
     try:
         return load_recipe(run.recipe_file, root=root)
     except RecipeError as exc:
         raise StoreError(f"the recipe stored in {run.path} no longer loads ({exc.problems[0]}); "
                          f"use --use-current to resume with the current recipe file") from None
+
+
+def _resume_command(target: Path | None) -> str:
+    return f"habitrun resume {shlex.quote(str(target or DEFAULT_RECIPE))}"
 
 
 def _body(resolved_yaml: str) -> list[str]:
@@ -67,20 +103,23 @@ def resume(
 ) -> None:
     """Finish the latest run: nothing that finished is repeated, nothing is lost."""
     console = Console(highlight=False, soft_wrap=True)
-    previous, recipe_path = find_run(target)
+    previous, recipe_path, root = find_run(target)
     if previous is None:
         # Killed before its first run folder existed: nothing was stored, so resuming is running.
         console.print(f"no earlier run of {esc(recipe_path)} was recorded; starting one", highlight=False)
         loaded = load_recipe(recipe_path)
-        with RunDisplay(console, quiet=quiet) as display:
-            summary = run_study(loaded, argv=sys.argv, observer=display.on_event)
+        try:
+            with RunDisplay(console, quiet=quiet) as display:
+                summary = run_study(loaded, argv=sys.argv, observer=display.on_event)
+        except StoreWriteError as exc:
+            raise exc.with_resume(_resume_command(target)) from None
         print_summary(console, summary, recipe_arg=str(target or DEFAULT_RECIPE))
         if report or loaded.recipe.policy.report:
             write_run_report(console, loaded, summary.run)
         raise typer.Exit(summary.exit_code)
     provenance = previous.read_provenance()
     overrides = tuple(provenance.get("overrides", []))
-    stored = stored_recipe(previous) if not use_current else None
+    stored = stored_recipe(previous, root) if not use_current else None
     if stored is not None:
         # The stored file is the resolved recipe; keep the identity of the recipe the user ran.
         stored = dataclasses.replace(stored, sha256=(provenance.get("recipe") or {}).get("sha256") or stored.sha256,
@@ -102,10 +141,18 @@ def resume(
             console.print("resuming with the recipe [bold]as it was run[/]; pass --use-current to use the file as it is now")
     loaded = current if use_current else stored
     assert loaded is not None
+    check_run_home(previous, loaded, named=target or DEFAULT_RECIPE)
+    made_in = previous.source.get("root")
+    if made_in and not _same_folder(Path(made_in), root):
+        console.print(f"note: run {esc(previous.run_id)} was made in {esc(made_in)}; resuming it here, in "
+                      f"{esc(root)}, on this folder's store", highlight=False)
     console.print(f"resuming run {esc(previous.run_id)} ({esc(previous.path)})", highlight=False)
-    with RunDisplay(console, quiet=quiet) as display:
-        summary = run_study(loaded, argv=sys.argv, observer=display.on_event, resumed_from=previous,
-                            source_path=recipe_path)
+    try:
+        with RunDisplay(console, quiet=quiet) as display:
+            summary = run_study(loaded, argv=sys.argv, observer=display.on_event, resumed_from=previous,
+                                source_path=recipe_path)
+    except StoreWriteError as exc:  # a full disk: stopped; say how to go on from here
+        raise exc.with_resume(_resume_command(target)) from None
     print_summary(console, summary, recipe_arg=str(target or DEFAULT_RECIPE))
     if report or loaded.recipe.policy.report:
         write_run_report(console, loaded, summary.run)

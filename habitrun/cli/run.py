@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 from typing import Optional
@@ -14,6 +15,7 @@ from habitrun.cli.progress import RunDisplay
 from habitrun.cli.report import write_run_report
 from habitrun.cli.summary import print_summary
 from habitrun.engine.runner import run_study
+from habitrun.errors import StoreWriteError
 from habitrun.spec.loader import load_recipe
 
 
@@ -27,8 +29,11 @@ def run(
     """Run every stage for every subject; subjects already stored as done are skipped."""
     loaded = load_recipe(recipe, overrides=tuple(overrides or ()))
     console = Console(highlight=False, soft_wrap=True)
-    with RunDisplay(console, quiet=quiet) as display:
-        summary = run_study(loaded, argv=sys.argv, observer=display.on_event)
+    try:
+        with RunDisplay(console, quiet=quiet) as display:
+            summary = run_study(loaded, argv=sys.argv, observer=display.on_event)
+    except StoreWriteError as exc:  # a full disk: stopped; say how to go on from here
+        raise exc.with_resume(f"habitrun resume {shlex.quote(str(recipe))}") from None
     print_summary(console, summary, recipe_arg=str(recipe))
     if report or loaded.recipe.policy.report:
         write_run_report(console, loaded, summary.run)

@@ -10,6 +10,7 @@ Nothing is written.
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from rich.table import Table
 
 from habitrun.cli.app import app
 from habitrun.cli.plan import counts_table, make_console, open_existing_store
+from habitrun.cli.resume import check_run_home
 from habitrun.cli.text import esc
 from habitrun.cli.text import human as fmt
 from habitrun.errors import StoreError
@@ -40,7 +42,9 @@ def locate(target: Path) -> tuple[LoadedRecipe, RunFolder | None]:
         root = run.source.get("root")
         if not root:
             raise StoreError(f"{target / 'source.json'} does not say which folder the run used")
-        return load_recipe(run.recipe_file, root=root), run
+        loaded = load_recipe(run.recipe_file, root=root)
+        check_run_home(run, loaded, named=target)  # a copied run folder would show another study
+        return loaded, run
     if target.is_dir():
         if (target / "recipe.yaml").is_file():
             target = target / "recipe.yaml"
@@ -53,15 +57,37 @@ def locate(target: Path) -> tuple[LoadedRecipe, RunFolder | None]:
     return loaded, latest_run(loaded.run_root())
 
 
+RUNNER_DIED = "interrupted (the runner died)"
+
+
 def run_state(run: RunFolder, loaded: LoadedRecipe) -> tuple[str, dict[str, Any]]:
-    """The run's outcome, or whether it is still running or was cut short."""
+    """The run's outcome, or whether it is still running or its runner died.
+
+    A run writes ``outcome: running`` when it starts and its real outcome when it ends;
+    a runner that is SIGKILLed, OOM-killed or loses power never writes the end. Such a
+    run is still running only while its runner holds the store lock: the lock's holder
+    is alive (or on another host) and is the process that started this run.
+    """
     info = run.read_provenance()
-    if info.get("outcome"):
-        return str(info["outcome"]), info
+    outcome = info.get("outcome")
+    if outcome and outcome != "running":
+        return str(outcome), info
     holder = read_holder(default_lock_path(loaded.store_dir()))
-    if holder and holder_alive(holder) is not False:  # alive here, or on another host
+    if holder and holder_alive(holder) is not False and _same_runner(holder, info):
         return f"running (pid {holder.get('pid')} on {holder.get('host')})", info
-    return "did not finish (stopped or killed); `habitrun resume` continues it", info
+    return RUNNER_DIED, info
+
+
+def _same_runner(holder: dict[str, Any], info: dict[str, Any]) -> bool:
+    """Whether the lock holder is the process that started the run (when the run says who)."""
+    if info.get("pid") is None:
+        return True
+    return holder.get("pid") == info.get("pid") and (info.get("host") in (None, holder.get("host")))
+
+
+def resume_command(target: Path) -> str:
+    """The command that continues the run shown for ``target`` (as the user named it)."""
+    return f"habitrun resume {shlex.quote(str(target))}"
 
 
 def failures(plan: Plan, store: CheckpointStore | None) -> list[dict[str, Any]]:
@@ -158,7 +184,8 @@ def status(
         typer.echo(json.dumps({
             "recipe": str(loaded.path),
             "run": {"id": run.run_id, "path": str(run.path), "outcome": outcome,
-                    "started_at": info.get("started_at"), "ended_at": info.get("ended_at")},
+                    "started_at": info.get("started_at"), "ended_at": info.get("ended_at"),
+                    **({"resume": resume_command(target)} if outcome == RUNNER_DIED else {})},
             "stages": {s.name: s.counts() for s in plan},
             "failures": failed,
             "resources": stats,
@@ -169,6 +196,9 @@ def status(
     console.print(f"  started  {esc(str(info.get('started_at', '?')))}")
     if info.get("ended_at"):
         console.print(f"  ended    {esc(str(info['ended_at']))}")
+    if outcome == RUNNER_DIED:
+        console.print("  it did not finish: what it stored is kept; continue with: "
+                      f"{esc(resume_command(target))}", highlight=False)
     console.print(counts_table(plan, f"stages of {esc(loaded.recipe.name)} now"))
     if stats:
         console.print(resources_table(stats))

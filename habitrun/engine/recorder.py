@@ -13,6 +13,12 @@ wait short). An outcome is then stored at most that long after it arrived,
 and a stage of short subjects pays one commit per few dozen of them instead
 of one per subject: a commit costs more than dispatching a subject.
 
+A write that fails (a full disk, a store that became unwritable) ends the
+recording: ``on_failure`` is called once so the runner stops dispatching at
+once, everything submitted after is dropped (not stored, not reported: a
+resume runs those subjects), and ``error`` tells the runner why. Every
+batch committed before stays in the store.
+
 Checkpoints: the thread's commits never copy SQLite's write-ahead log into
 the database themselves (that copy fsyncs, and would hold up whichever batch
 or end-of-stage flush happened to trigger it); the thread does it after
@@ -42,9 +48,13 @@ CHECKPOINT_EVERY_RECORDS = 2000  # about 16 MB of write-ahead log with subjects 
 class Recorder:
     """A single writer thread in front of the checkpoint store and the event stream."""
 
-    def __init__(self, store: CheckpointStore, emit: EmitFn) -> None:
+    def __init__(self, store: CheckpointStore, emit: EmitFn,
+                 on_failure: Callable[[BaseException], None] | None = None) -> None:
         self.store = store
         self.emit = emit
+        self.on_failure = on_failure
+        self.stored = 0  # records committed by this recorder
+        self.stored_by_stage: dict[str, list[int]] = {}  # stage -> [successes, failures] committed
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._error: BaseException | None = None
         self._hurry = threading.Event()  # a flush or close is waiting: write without gathering
@@ -52,21 +62,23 @@ class Recorder:
         self._thread = threading.Thread(target=self._loop, name="habitrun-recorder", daemon=True)
         self._thread.start()
 
+    @property
+    def error(self) -> BaseException | None:
+        """Why recording stopped (a write failed), or None."""
+        return self._error
+
     def submit(self, records: list[Record], events: list[dict[str, Any]], trace: list[tuple] | None = None) -> None:
-        """Queue outcomes (and their trace rows, store/trace.py) to be stored, then reported."""
-        if self._error is not None:
-            raise self._error
-        if records or events or trace:
+        """Queue outcomes (and their trace rows, store/trace.py) to be stored, then reported; dropped once a
+        write failed."""
+        if self._error is None and (records or events or trace):
             self._queue.put((records, events, trace))
 
     def flush(self) -> None:
-        """Block until everything submitted so far is stored and reported."""
+        """Block until everything submitted so far is stored and reported (or dropped: see ``error``)."""
         done = threading.Event()
         self._queue.put((_FLUSH, done, None))
         self._hurry.set()
         done.wait()
-        if self._error is not None:
-            raise self._error
 
     def close(self) -> None:
         if self._thread.is_alive():
@@ -105,14 +117,15 @@ class Recorder:
                     item = self._queue.get_nowait()
                 except queue.Empty:
                     break
-            try:
-                self._write(records, events, trace)
-                unchecked += len(records)
-                if unchecked >= CHECKPOINT_EVERY_RECORDS and not waiters and not stop and self._queue.empty():
-                    unchecked = 0
-                    self.store.checkpoint()
-            except BaseException as exc:  # noqa: BLE001 - surfaced to the runner by flush/submit
-                self._error = exc
+            if self._error is None:
+                try:
+                    self._write(records, events, trace)
+                    unchecked += len(records)
+                    if unchecked >= CHECKPOINT_EVERY_RECORDS and not waiters and not stop and self._queue.empty():
+                        unchecked = 0
+                        self.store.checkpoint()
+                except BaseException as exc:  # noqa: BLE001 - surfaced to the runner through on_failure/error
+                    self._failed(exc)
             for waiter in waiters:
                 waiter.set()
             if stop:
@@ -121,6 +134,14 @@ class Recorder:
                 # Let the next outcomes gather; a flush or close cuts this short.
                 self._hurry.wait(max(0.0, started + GROUP_COMMIT_SEC - time.monotonic()))
             self._hurry.clear()
+
+    def _failed(self, exc: BaseException) -> None:
+        self._error = exc
+        if self.on_failure is not None:
+            try:
+                self.on_failure(exc)
+            except Exception:  # noqa: BLE001 - the error stays recorded for the runner either way
+                pass
 
     def _write(self, records: list[Record], events: list[dict[str, Any]], trace: list[tuple]) -> None:
         if records or trace:
@@ -141,6 +162,12 @@ class Recorder:
                             event.update(event="subject_failed", kind=FailureKind.UNPICKLABLE, error=message,
                                          final=True, log=bad.log_path)
                     trace = [_as_unstorable(row, bad, message) for row in trace]
+            self.stored += len(records)
+            for rec in records:
+                tally = self.stored_by_stage.get(rec.stage)
+                if tally is None:
+                    tally = self.stored_by_stage[rec.stage] = [0, 0]
+                tally[0 if rec.ok else 1] += 1
         self.emit(events)
 
 

@@ -23,13 +23,14 @@ from habitrun.engine.control import StopFlag
 from habitrun.engine.recorder import Recorder
 from habitrun.engine.signals import exit_code_for, stop_on_signals
 from habitrun.engine.tracing import done_event, failed_event, trace_row
-from habitrun.errors import EXIT_FAILED_SUBJECTS, EXIT_OK
+from habitrun.errors import EXIT_FAILED_SUBJECTS, EXIT_OK, StoreWriteError
 from habitrun.planner.plan import GROUP_SUBJECT, StagePlan, SubjectStatus, fingerprints, plan_stage
 from habitrun.spec.gcpause import gc_paused
 from habitrun.spec.loader import LoadedRecipe
 from habitrun.spec.recipe import StageSpec
 from habitrun.spec.subjects import SubjectRow, load_subjects
 from habitrun.store.checkpoint import CheckpointStore, Record
+from habitrun.store.folders import ensure_folder
 from habitrun.store.lock import StoreLock
 from habitrun.store.provenance import collect_provenance
 from habitrun.store.runs import RunFolder, work_dir
@@ -98,7 +99,8 @@ def run_study(
     subjects = load_subjects(loaded)
     stop = stop or StopFlag()
     store_dir = loaded.store_dir()
-    store_dir.parent.mkdir(parents=True, exist_ok=True)
+    ensure_folder(loaded.run_root())
+    ensure_folder(store_dir.parent)
     with StoreLock(lock_path_for(store_dir)):
         store = CheckpointStore.open(store_dir)
         try:
@@ -143,7 +145,9 @@ class _StudyRunner:
         self.warnings: list[str] = []
         self.chain: set[str] = set()
         self.finished: dict[str, set[str]] = {}  # stage -> subjects with an outcome in this run
+        self.retried: dict[str, set[str]] = {}  # stage -> subjects that succeeded after a failed attempt
         self.emit_lock = threading.Lock()  # events come from the runner and the recorder thread
+        self.write_failure: tuple[Path, BaseException] | None = None  # the first folder that refused a write
 
     # ------------------------------------------------------------------ events
     def emit(self, event: dict[str, Any]) -> None:
@@ -153,7 +157,11 @@ class _StudyRunner:
         if not events:
             return
         with self.emit_lock:
-            self.run.events.write_many(events)
+            if self.write_failure is None:
+                try:
+                    self.run.events.write_many(events)
+                except OSError as exc:  # a full disk under the run folder: stop, as for the store
+                    self.cannot_write(self.run.path, exc)
             if self.observer is not None:
                 for event in events:
                     self.observer(event)
@@ -165,12 +173,6 @@ class _StudyRunner:
         )
         if warning:
             self.warnings.append(warning)
-        self.run = RunFolder.create(
-            self.run_root,
-            resolved_yaml=self.loaded.resolved_yaml(),
-            recipe_path=self.source_path,
-            argv=self.argv,
-        )
         if self.resumed_from is not None:
             previous = self.resumed_from.read_provenance()
             self.chain = set(previous.get("run_chain", [])) | {self.resumed_from.run_id}
@@ -184,7 +186,6 @@ class _StudyRunner:
             backend={"backend": self.recipe.policy.backend, "workers": self.recipe.policy.workers},
         )
         provenance.update({
-            "run_id": self.run.run_id,
             "recipe_name": self.recipe.name,
             "subjects": len(self.subjects),
             "resumed_from": self.resumed_from.run_id if self.resumed_from else None,
@@ -192,14 +193,23 @@ class _StudyRunner:
             "overrides": list(self.loaded.overrides),
             "outcome": "running",
         })
-        self.run.write_provenance(provenance)
+        # Provenance goes in with the folder: a run folder without it never becomes visible.
+        self.run = RunFolder.create(
+            self.run_root,
+            resolved_yaml=self.loaded.resolved_yaml(),
+            recipe_path=self.source_path,
+            argv=self.argv,
+            provenance=provenance,
+        )
+        provenance["run_id"] = self.run.run_id
         for warning in self.warnings:
             self.emit({"event": "warning", "message": warning})
         self.emit({"event": "run_started", "run_id": self.run.run_id, "recipe": str(self.loaded.path),
                    "subjects": len(self.subjects), "stages": [s.name for s in self.recipe.ordered_stages()],
                    "user": _user(), "resumed_from": provenance["resumed_from"]})
         started = time.monotonic()
-        self.recorder = Recorder(self.store, self.emit_many)
+        self.recorder = Recorder(self.store, self.emit_many,
+                                 on_failure=lambda exc: self.cannot_write(self.store.directory, exc))
         try:
             for stage in self.recipe.ordered_stages():
                 if self.stop.is_set():
@@ -211,6 +221,8 @@ class _StudyRunner:
                 self.recorder.close()
             finally:
                 self.backends.close(graceful=not hard)
+        if self.write_failure is not None:
+            self.end_unwritable(started)
         outcome, exit_code = self.outcome()
         if outcome == "success":
             self.clear_on_success()
@@ -222,10 +234,46 @@ class _StudyRunner:
             "backends": self.backends.described,
         }
         self.emit({"event": "run_finished", "outcome": outcome, "exit_code": exit_code, **summary})
-        self.run.finish(outcome, summary)
-        self.run.events.close()
+        try:
+            self.run.finish(outcome, summary)
+            self.run.events.close()
+        except OSError as exc:  # the disk filled at the very end
+            self.cannot_write(self.run.path, exc)
+        if self.write_failure is not None:
+            self.end_unwritable(started)
         return RunSummary(self.run, outcome, exit_code, self.counts, self.failures, self.stop.reason,
                           self.warnings, self.group_results)
+
+    # ------------------------------------------------------------------ a folder that cannot be written
+    def cannot_write(self, folder: Path, exc: BaseException) -> None:
+        """A commit or an event could not be written (a full disk): stop now, keep what is stored.
+
+        Called from the recorder thread or the runner; only the first failure counts. Nothing
+        more can be stored, so running subjects are stopped rather than waited for.
+        """
+        if self.write_failure is None:
+            self.write_failure = (Path(folder), exc)
+            self.stop.set(f"cannot write {folder}: {_reason(exc)}", hard=True)
+
+    def end_unwritable(self, started: float) -> None:
+        """Record what can still be recorded, then raise the run-level error (exit 2)."""
+        folder, exc = self.write_failure  # type: ignore[misc]
+        stored = self.recorder.stored
+        summary = {"stages": {name: c.as_dict() for name, c in self.counts.items()},
+                   "stop_reason": self.stop.reason, "stored_this_run": stored,
+                   "duration_sec": round(time.monotonic() - started, 3)}
+        for attempt in (lambda: self.run.finish("interrupted", summary), self.run.events.close):
+            try:
+                attempt()
+            except OSError:
+                pass  # the same full disk: the store is the record that matters
+        what = "the checkpoint store" if folder == self.store.directory else "the run folder"
+        raise StoreWriteError(
+            f"cannot write {what} at {folder}: {_reason(exc)}. The run stopped at the first write that "
+            f"failed; {stored} result(s) of this run were stored before it and stay readable. "
+            "Free space there (or set run_dir / policy.checkpoint_dir to another disk), then continue with:",
+            folder=folder,
+        )
 
     def outcome(self) -> tuple[str, int]:
         if self.stop.is_set() and not (self.stop.reason or "").startswith("fail_fast"):
@@ -235,12 +283,20 @@ class _StudyRunner:
         return "success", EXIT_OK
 
     def clear_on_success(self) -> None:
+        """``clear_checkpoint_on_success``: called only when the run's outcome is success.
+
+        The rule: a stage's records are cleared when every subject of the run ends up
+        succeeding, retry rounds included. A failure that a retry round fixed leaves
+        nothing to resume, so it does not keep the store; its attempt stays in the run's
+        events and logs (HABIT instead keeps the store whenever any attempt failed).
+        """
         for stage in self.recipe.stages:
             if self.recipe.stage_policy(stage.name).clear_checkpoint_on_success:
                 plan = self.plans.get(stage.name)
                 if plan is not None:
                     removed = self.store.discard(plan.keys.values())
-                    self.emit({"event": "checkpoint_cleared", "stage": stage.name, "records": removed})
+                    self.emit({"event": "checkpoint_cleared", "stage": stage.name, "records": removed,
+                               "retried": len(self.retried.get(stage.name, ()))})
 
     # ------------------------------------------------------------------ stages
     def run_stage(self, stage: StageSpec) -> None:
@@ -280,6 +336,10 @@ class _StudyRunner:
             else:
                 self.run_with_backend(stage, plan, policy, to_run, counts)
         counts.not_run = len(to_run) - len(self.finished.get(stage.name, ()))
+        if self.recorder.error is not None:
+            # Recording stopped (a full disk): count what is stored, not what was handed to it.
+            ok, bad = self.recorder.stored_by_stage.get(stage.name, (0, 0))
+            counts.done, counts.failed, counts.not_run = ok, len(old_failures) + bad, len(to_run) - ok - bad
         self.emit({"event": "stage_finished", "stage": stage.name, **counts.as_dict()})
         if stage.kind != "map" and plan.status.get(GROUP_SUBJECT) == SubjectStatus.DONE:
             key = plan.keys[GROUP_SUBJECT]
@@ -328,6 +388,8 @@ class _StudyRunner:
                     plan.status[sid] = SubjectStatus.DONE
                     counts.done += 1
                     finished.add(sid)
+                    if task.attempt > 1:
+                        self.retried.setdefault(stage.name, set()).add(sid)
                     records.append(self.record(stage.name, plan, task, outcome))
                     row = trace_row(run_id, stage.name, outcome, "done", queued_at, now)
                     trace.append(row)
@@ -498,6 +560,14 @@ def _operator_modules(stages: Sequence[StageSpec]) -> list[str]:
         if path:
             modules.append(path.partition(":")[0] if ":" in path else path.rpartition(".")[0])
     return modules
+
+
+def _reason(exc: BaseException) -> str:
+    """An OSError as "No space left on device (errno 28)"; anything else as its type and text."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.strerror} (errno {exc.errno})"
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _user() -> str:

@@ -24,6 +24,7 @@ from typing import Any
 import psutil
 
 from habitrun.errors import LockHeldError, StoreError
+from habitrun.store.folders import folder_error
 
 _HELD: set[int] = set()
 
@@ -94,7 +95,8 @@ class StoreLock:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as exc:
-            raise StoreError(f"cannot create the lock file {self.path}: {exc.strerror or exc}") from None
+            reason = folder_error(self.path.parent, exc).message
+            raise StoreError(f"cannot create the lock file {self.path}: {reason}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -143,8 +145,11 @@ class StoreLock:
             "command": " ".join(["habitrun", *sys.argv[1:]]) if sys.argv else "habitrun",
         }
         data = json.dumps(info).encode()
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, data, 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, data, 0)
+        except OSError:  # a full disk: the lock holds all the same, only the holder's name is missing
+            pass
 
     @staticmethod
     def _holder_info(fd: int) -> dict[str, Any] | None:

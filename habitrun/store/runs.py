@@ -19,12 +19,14 @@ from typing import Any
 
 from habitrun.errors import StoreError
 from habitrun.store.events import EventLog
+from habitrun.store.folders import folder_error
 
 RUNS = "runs"
 RECIPE_FILE = "recipe.yaml"
 SOURCE_FILE = "source.json"
 PROVENANCE_FILE = "provenance.json"
 EVENTS_FILE = "events.jsonl"
+INCOMPLETE_PREFIX = ".incomplete-"  # a run folder being made; renamed to its run id when complete
 
 
 def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
@@ -35,6 +37,20 @@ def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make a rename in ``folder`` durable (where the platform allows opening a folder)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -71,21 +87,31 @@ class RunFolder:
         recipe_path: Path,
         argv: list[str],
         root: Path | None = None,
+        provenance: dict[str, Any] | None = None,
     ) -> RunFolder:
-        """Make a new run folder with the resolved recipe and its source written."""
+        """Make a new run folder, complete or not at all.
+
+        The recipe, its source and the provenance (``run_id`` added) are written into a
+        hidden folder that is renamed into place last: a runner killed while creating it
+        leaves no half-made run for `resume` or `status` to pick up.
+        """
         runs = Path(run_root) / RUNS
         now = time.time()
         stamp = datetime.fromtimestamp(now).strftime("%Y%m%d-%H%M%S")
         try:
             runs.mkdir(parents=True, exist_ok=True)
             while True:
-                path = runs / f"{stamp}-{secrets.token_hex(3)}"
+                run_id = f"{stamp}-{secrets.token_hex(3)}"
+                path = runs / run_id
+                draft = runs / f"{INCOMPLETE_PREFIX}{run_id}"
+                if path.exists() or path.is_symlink():
+                    continue
                 try:
-                    path.mkdir()
+                    draft.mkdir()
                     break
                 except FileExistsError:
                     continue
-            (path / "logs").mkdir()
+            (draft / "logs").mkdir()
             recipe_path = Path(recipe_path).resolve()
             source = {
                 "recipe_path": str(recipe_path),
@@ -93,12 +119,15 @@ class RunFolder:
                 "argv": list(argv),
                 "created_ts": now,
             }
-            tmp = path / f".{RECIPE_FILE}.tmp"
+            tmp = draft / f".{RECIPE_FILE}.tmp"
             tmp.write_text(resolved_yaml, encoding="utf-8")
-            os.replace(tmp, path / RECIPE_FILE)
-            _write_json_atomic(path / SOURCE_FILE, source)
+            os.replace(tmp, draft / RECIPE_FILE)
+            _write_json_atomic(draft / SOURCE_FILE, source)
+            _write_json_atomic(draft / PROVENANCE_FILE, {**(provenance or {}), "run_id": run_id})
+            os.rename(draft, path)
+            _fsync_folder(runs)
         except OSError as exc:
-            raise StoreError(f"cannot create a run folder under {runs}: {exc}") from None
+            raise folder_error(runs, exc, doing="create a run folder in") from None
         return cls(path, source)
 
     @classmethod
@@ -117,6 +146,12 @@ class RunFolder:
     @staticmethod
     def looks_like_run(path: Path) -> bool:
         return (Path(path) / SOURCE_FILE).is_file() and (Path(path) / RECIPE_FILE).is_file()
+
+    @staticmethod
+    def is_complete(path: Path) -> bool:
+        """A run folder whose creation finished: it has its provenance (older habitrun versions
+        made the folder first and wrote the provenance after; a kill in between left none)."""
+        return RunFolder.looks_like_run(path) and (Path(path) / PROVENANCE_FILE).is_file()
 
     @property
     def created_ts(self) -> float:
@@ -160,13 +195,13 @@ class RunFolder:
 
 
 def list_runs(run_root: Path) -> list[RunFolder]:
-    """Every run folder under ``run_root``, oldest first."""
+    """Every complete run folder under ``run_root``, oldest first (half-made ones are skipped)."""
     runs = Path(run_root) / RUNS
     if not runs.is_dir():
         return []
     found = []
     for entry in runs.iterdir():
-        if entry.is_dir() and RunFolder.looks_like_run(entry):
+        if not entry.name.startswith(".") and entry.is_dir() and RunFolder.is_complete(entry):
             try:
                 found.append(RunFolder.open(entry))
             except StoreError:

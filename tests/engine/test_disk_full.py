@@ -1,0 +1,139 @@
+"""A disk that fills under the store mid-run: stop at the first failed commit, exit 2, one message;
+what was stored stays readable and `resume` finishes once there is space again."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.engine.mounts import small_tmpfs
+from tests.engine.study import run_cli
+
+SUBJECTS = 400
+RESULT_BYTES = 100_000  # over the 32 KB spill size: each result is a file on the small disk
+
+OPS = textwrap.dedent('''
+    import os
+    import time
+
+
+    def big(subject, marker_dir, size, sleep=0.0):
+        with open(os.path.join(marker_dir, subject.id), "a") as fh:
+            fh.write("start\\n")
+        time.sleep(sleep)
+        return subject.id + "x" * size
+
+
+    def check(results):
+        damaged = [sid for sid, v in results.items() if v != sid + "x" * RESULT_BYTES]
+        if damaged:
+            raise ValueError(f"damaged results: {damaged[:5]}")
+        return {"n": len(results)}
+''').replace("RESULT_BYTES", str(RESULT_BYTES))
+
+
+def make_study(folder: Path, run_dir: Path, markers: Path) -> Path:
+    folder.mkdir(parents=True)
+    markers.mkdir()
+    (folder / "ops.py").write_text(OPS)
+    (folder / "subjects.csv").write_text("subject_id\n" + "".join(f"S{i:03d}\n" for i in range(SUBJECTS)))
+    recipe = {
+        "habitrun": 1, "name": "disk-full", "run_dir": str(run_dir), "subjects": {"manifest": "subjects.csv"},
+        "policy": {"backend": "process", "workers": 2, "subject_timeout_sec": 60},
+        "stages": [
+            {"name": "big", "operator": "ops:big",
+             "params": {"marker_dir": str(markers), "size": RESULT_BYTES, "sleep": 0.02}},
+            {"name": "check", "kind": "collect", "operator": "ops:check", "needs": ["big"]},
+        ],
+    }
+    (folder / "recipe.yaml").write_text(json.dumps(recipe, indent=1))
+    return folder / "recipe.yaml"
+
+
+@pytest.mark.timeout(120)
+def test_a_full_disk_stops_the_run_at_the_first_failed_commit_then_resume_finishes(tmp_path: Path) -> None:
+    markers = tmp_path / "markers"
+    with small_tmpfs(tmp_path / "disk", "3m") as disk:
+        recipe = make_study(tmp_path / "study", disk / "hr", markers)
+        study = recipe.parent
+        done = run_cli("run", "recipe.yaml", cwd=study)
+        out = done.stdout + done.stderr
+        assert done.returncode == 2, out
+        assert "Traceback" not in out, out
+        errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1, done.stderr
+        message = " ".join(done.stderr.split())
+        assert f"cannot write the checkpoint store at {disk / 'hr' / 'store'}" in message
+        assert "No space left on device" in message
+        assert message.rstrip().endswith("continue with: habitrun resume recipe.yaml"), message
+        stored = int(message.split(" result(s) of this run were stored")[0].rsplit(" ", 1)[1])
+        assert 0 < stored < SUBJECTS
+        assert f"[big] finished: {stored} done, 0 cached, 0 failed" in done.stdout, done.stdout  # what is stored
+        started = len(list(markers.iterdir()))
+        # Dispatching stopped at the failed commit: only what was already running or finishing started.
+        assert started <= stored + 40, f"{started} subjects started, {stored} stored"
+        # The store on the full disk still answers, with every record committed before the failure.
+        con = sqlite3.connect(f"file:{disk}/hr/store/cache.db?mode=ro", uri=True)
+        try:
+            assert con.execute("SELECT count(*) FROM habitrun_record WHERE ok = 1").fetchone()[0] == stored
+        finally:
+            con.close()
+
+        subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True, timeout=30)
+        resumed = run_cli("resume", "recipe.yaml", "-q", cwd=study)
+        out = resumed.stdout + resumed.stderr
+        assert resumed.returncode == 0, out
+        status = run_cli("status", "recipe.yaml", "--json", cwd=study)
+        stages = json.loads(status.stdout)["stages"]
+        assert stages["big"]["done"] == SUBJECTS and stages["check"]["done"] == 1, stages
+        runs = sorted((disk / "hr" / "runs").iterdir())
+        events = [json.loads(line) for line in (runs[-1] / "events.jsonl").read_text().splitlines()]
+        started_stage = next(e for e in events if e.get("event") == "stage_started" and e["stage"] == "big")
+        assert started_stage["cached"] == stored  # every record stored before the failure was reused
+        finished = next(e for e in events if e.get("event") == "run_finished")
+        assert finished["outcome"] == "success"
+        collect = [e for e in events if e.get("event") == "subject_done" and e["stage"] == "check"]
+        assert collect, "the collect stage did not run"
+
+
+
+CHATTY = textwrap.dedent('''
+    def chatty(subject, lines=1500):
+        for i in range(lines):
+            print(f"{subject.id} line {i} " + "y" * 60)
+        return 1
+''')
+
+
+@pytest.mark.timeout(120)
+def test_a_full_disk_under_the_run_folder_stops_the_run_the_same_way(tmp_path: Path) -> None:
+    """The store is elsewhere and has room; the run folder (events, logs) fills up."""
+    study = tmp_path / "study"
+    study.mkdir()
+    (study / "ops.py").write_text(CHATTY)
+    (study / "subjects.csv").write_text("subject_id\n" + "".join(f"S{i:03d}\n" for i in range(200)))
+    with small_tmpfs(tmp_path / "disk", "1m") as disk:
+        recipe = {
+            "habitrun": 1, "name": "run-folder-full", "run_dir": str(disk / "hr"),
+            "subjects": {"manifest": "subjects.csv"},
+            "policy": {"backend": "process", "workers": 2, "subject_timeout_sec": 60,
+                       "checkpoint_dir": str(tmp_path / "store")},
+            "stages": [{"name": "chatty", "operator": "ops:chatty"}],
+        }
+        (study / "recipe.yaml").write_text(json.dumps(recipe, indent=1))
+        done = run_cli("run", "recipe.yaml", cwd=study)
+        out = done.stdout + done.stderr
+        assert done.returncode == 2, out
+        assert "Traceback" not in out, out
+        message = " ".join(done.stderr.split())
+        assert "No space left on device" in message, message
+        assert f"{disk / 'hr'}" in message and "habitrun resume recipe.yaml" in message, message
+
+        subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True, timeout=30)
+        resumed = run_cli("resume", "recipe.yaml", "-q", cwd=study)
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
