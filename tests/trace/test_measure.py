@@ -111,3 +111,18 @@ def test_the_gpu_a_worker_was_pinned_to_is_traced(tmp_path: Path, monkeypatch: p
     assert {row["gpu"] for row in rows} == {"3", "5"}
     for row in rows:  # one device per worker
         assert {r["gpu"] for r in rows if r["pid"] == row["pid"]} == {row["gpu"]}
+
+
+@linux_only
+def test_a_worker_started_by_a_large_runner_still_measures_each_subject(tmp_path: Path) -> None:
+    # A process started by fork+exec inherits its parent's peak as getrusage's ru_maxrss floor,
+    # which no reset lowers; VmHWM does not. Make the runner (this process) large first.
+    block = bytearray(400 * 1024 * 1024)
+    for i in range(0, len(block), 4096):
+        block[i] = 1
+    del block
+    recipe = write_study(tmp_path, [{"subject_id": "A", "mb": 50}, {"subject_id": "B", "mb": 5}],
+                         policy={"start_method": "spawn"})
+    assert run(recipe) == 0
+    rows = by_subject(recipe)
+    assert rows["A"]["peak_rss_mb"] < 300 and rows["B"]["peak_rss_mb"] < rows["A"]["peak_rss_mb"] - 30, rows
