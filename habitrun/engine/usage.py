@@ -10,9 +10,10 @@ that is the larger of VmHWM and a per-process maximum the kernel raises
 when a thread exits, which no reset brings down (seen in Dask workers).
 Child processes the subject started and waited for are charged through
 ``RUSAGE_CHILDREN``: their CPU as a difference, their peak memory when it
-rose above every earlier child's (the kernel keeps only the maximum over
-the process's life, which cannot be reset; a fresh isolated worker
-therefore always knows it). A number that cannot be measured is None,
+rose above every earlier child's and above the subject's own (the kernel
+keeps only the maximum over the process's life, which cannot be reset, and
+starts each child at its parent's peak when it was forked); otherwise the
+children's peak is unknown (None) and not added. A number that cannot be measured is None,
 never a guess.
 
 Every reading is one system call on a file descriptor kept open (about
@@ -104,16 +105,18 @@ class Meter:
         started, own0, kids0, io0, exact = mark
         cpu = (own.ru_utime - own0.ru_utime + own.ru_stime - own0.ru_stime
                + kids.ru_utime - kids0.ru_utime + kids.ru_stime - kids0.ru_stime)
-        kid_max, kid_max0 = kids.ru_maxrss, kids0.ru_maxrss
-        if kid_max > kid_max0:
-            child_peak: int | None = int(kid_max * _MAXRSS_KB)
-        elif kid_max == 0:
-            child_peak = 0  # no child was ever waited for in this process: nothing to charge
-        else:
-            child_peak = None  # children may have run, below an earlier child's peak: unknown
         own_peak = self._hwm_kb()
         if own_peak is None and self.clear_fd is None and exact:
             own_peak = int(own.ru_maxrss * _MAXRSS_KB)  # no /proc: only a process's first subject is known
+        kid_max, kid_max0 = int(kids.ru_maxrss * _MAXRSS_KB), int(kids0.ru_maxrss * _MAXRSS_KB)
+        if kid_max == 0:
+            child_peak: int | None = 0  # no child was ever waited for in this process: nothing to charge
+        elif kid_max > kid_max0 and own_peak is not None and kid_max > own_peak:
+            child_peak = kid_max
+        else:
+            # A child's ru_maxrss starts at its parent's peak when it was forked (exec keeps it), so
+            # below our own peak it says nothing; below an earlier child's, nothing either: unknown.
+            child_peak = None
         peak = own_peak + (child_peak or 0) if own_peak is not None and exact else None
         read = write = None
         if io0 is not None and io1 is not None:

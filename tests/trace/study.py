@@ -30,7 +30,11 @@ OPS_SOURCE = textwrap.dedent('''
 
     def use(subject, **_):
         f = subject.fields
-        if int(f.get("mb") or 0):
+        if f.get("mode") == "hold_child":  # a tiny child started while the subject holds its memory
+            held = touch(int(f["mb"]))
+            subprocess.run([sys.executable, "-c", "pass"], check=True)
+            del held
+        elif int(f.get("mb") or 0):
             block = touch(int(f["mb"]))
             del block
         if int(f.get("child_mb") or 0):

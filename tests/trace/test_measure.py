@@ -126,3 +126,13 @@ def test_a_worker_started_by_a_large_runner_still_measures_each_subject(tmp_path
     assert run(recipe) == 0
     rows = by_subject(recipe)
     assert rows["A"]["peak_rss_mb"] < 300 and rows["B"]["peak_rss_mb"] < rows["A"]["peak_rss_mb"] - 30, rows
+
+
+@linux_only
+def test_a_small_child_of_a_large_subject_is_not_charged_its_parents_memory(tmp_path: Path) -> None:
+    recipe = write_study(tmp_path, [{"subject_id": "big", "mode": "hold_child", "mb": 250}],
+                         policy={"parallel_mode": "isolated"})
+    assert run(recipe) == 0
+    row = by_subject(recipe)["big"]
+    # the child's own ru_maxrss starts at the 250 MB its parent had when it forked: not added twice
+    assert 250 <= row["peak_rss_mb"] < 400 and row["child_peak_rss_mb"] is None, row
