@@ -71,3 +71,16 @@ def no_leftover_children():
     before = set(_descendants())
     yield
     fail_on_leftovers(before)
+
+
+@pytest.fixture(scope="session")
+def slurm() -> None:
+    """A real one-node SLURM (tests/cluster/slurm_up.sh), started once per session if not running.
+
+    Skips, with the reason, only where it cannot run at all (not root, no apt, daemons fail).
+    """
+    from tests.cluster.slurm import why_not_available
+
+    reason = why_not_available()
+    if reason is not None:
+        pytest.skip(f"no SLURM here: {reason}")

@@ -202,7 +202,9 @@ class RunDisplay:
                    f"(clear_checkpoint_on_success; every subject succeeded{retried})")
 
     def _on_train_started(self, e: dict[str, Any]) -> None:
-        self.print(f"{_tag(e['stage'])} starting {e['nproc_per_node']} rank(s)")
+        nodes = int(e.get("nnodes") or 1)
+        where = f" on {nodes} nodes ({e['nproc_per_node']} each)" if nodes > 1 else ""
+        self.print(f"{_tag(e['stage'])} starting {nodes * e['nproc_per_node']} rank(s){where}")
 
     def _on_console(self, e: dict[str, Any]) -> None:
         line = e["line"].rstrip("\n")

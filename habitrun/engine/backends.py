@@ -7,6 +7,7 @@ gets a fresh one.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from habitrun.engine.backend import Backend
@@ -25,8 +26,11 @@ def worker_shape(policy: RunPolicy) -> dict[str, Any]:
     return {k: v for k, v in policy.model_dump().items() if k not in ENGINE_ONLY_FIELDS}
 
 
-def make_backend(policy: RunPolicy) -> Backend:
-    """Build the backend the policy names (heavy ones imported only when asked for)."""
+def make_backend(policy: RunPolicy, workspace: Path | None = None) -> Backend:
+    """Build the backend the policy names (heavy ones imported only when asked for).
+
+    ``workspace`` is the study's ``.habitrun`` folder, where a batch-system cluster keeps its jobs' ledger.
+    """
     if policy.backend == "serial":
         from habitrun.engine.serial import SerialBackend
 
@@ -38,14 +42,15 @@ def make_backend(policy: RunPolicy) -> Backend:
     if policy.backend == "dask":
         from habitrun.engine.dask_backend import DaskBackend
 
-        return DaskBackend.from_policy(policy)
+        return DaskBackend.from_policy(policy, workspace)
     raise ValueError(f"unknown backend {policy.backend!r}")
 
 
 class BackendPool:
     """Holds the current backend and swaps it only when a stage needs different workers."""
 
-    def __init__(self) -> None:
+    def __init__(self, workspace: Path | None = None) -> None:
+        self.workspace = workspace
         self.current: Backend | None = None
         self._shape: dict[str, Any] | None = None
         self.described: list[dict[str, Any]] = []
@@ -55,7 +60,7 @@ class BackendPool:
         if self.current is not None and shape == self._shape:
             return self.current
         self.close()
-        self.current = make_backend(policy)
+        self.current = make_backend(policy, self.workspace)
         self._shape = shape
         return self.current
 

@@ -137,7 +137,7 @@ class _StudyRunner:
         self.observer = observer
         self.resumed_from = resumed_from
         self.run_root = loaded.run_root()
-        self.backends = BackendPool()
+        self.backends = BackendPool(self.run_root)
         self.plans: dict[str, StagePlan] = {}
         self.counts: dict[str, StageCounts] = {}
         self.failures: list[FailureLine] = []
@@ -511,7 +511,8 @@ class _StudyRunner:
         )
         Path(task.workdir).mkdir(parents=True, exist_ok=True)
         self.emit({"event": "train_started", "stage": stage.name,
-                   "nproc_per_node": stage.launch.nproc_per_node if stage.launch else 1})
+                   "nproc_per_node": stage.launch.nproc_per_node if stage.launch else 1,
+                   "nnodes": stage.launch.nnodes if stage.launch else 1})
         result = run_train_stage(
             stage, policy, stage_dir=self.run.stage_dir(stage.name), workdir=Path(task.workdir),
             inputs=inputs, search_path=self.loaded.search_path, run_id=self.run.run_id,

@@ -28,6 +28,7 @@ from typing import Any
 from habitrun.engine.control import StopFlag
 from habitrun.errors import HabitrunError
 from habitrun.launcher import launch
+from habitrun.launcher.nodes import launch_nodes
 from habitrun.spec.operators import resolve_operator
 from habitrun.spec.policy import RunPolicy
 from habitrun.spec.recipe import LaunchSpec, StageSpec
@@ -120,6 +121,10 @@ def run_train_stage(
     inputs_path = _write_inputs(stage_dir, inputs)
     root = str(Path(search_path[0]).absolute()) if search_path else os.getcwd()
     pythonpath = os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])
+    if spec.via is not None:
+        return _run_on_nodes(stage, spec, policy, stage_dir=stage_dir, workdir=workdir, inputs_path=inputs_path,
+                             search_path=search_path, root=root, pythonpath=pythonpath, run_id=run_id, stop=stop,
+                             outcome=outcome)
     entry: Any
     if stage.command is not None:
         (workdir / RESULT_FILE).unlink(missing_ok=True)
@@ -170,6 +175,40 @@ def run_train_stage(
     else:
         result = launched.return_values.get(0)
     return outcome(True, result, None, None, attempts)
+
+
+def _run_on_nodes(stage: StageSpec, spec: LaunchSpec, policy: RunPolicy, *, stage_dir: Path, workdir: Path,
+                  inputs_path: Path, search_path: tuple[str, ...], root: str, pythonpath: str, run_id: str,
+                  stop: StopFlag, outcome: Callable[..., TrainOutcome]) -> TrainOutcome:
+    """``launch.via``: one launcher agent per node (srun, or all here), c10d rendezvous between them."""
+    agents: dict[str, Any] = {
+        "nnodes": spec.nnodes, "nproc_per_node": spec.nproc_per_node, "rdzv_endpoint": spec.rdzv_endpoint,
+        "rdzv_timeout_sec": spec.rdzv_timeout_sec, "run_id": run_id, "max_restarts": spec.max_restarts,
+        "name": stage.name, "grace": policy.graceful_shutdown_sec, "cwd": root, "env": {"PYTHONPATH": pythonpath},
+        "inputs": str(inputs_path), "workdir": str(workdir), "start_method": spec.start_method,
+    }
+    if stage.command is not None:
+        (workdir / RESULT_FILE).unlink(missing_ok=True)
+        agents["command"] = substitute(
+            stage.command,
+            {"workdir": str(workdir), "inputs": str(inputs_path), "stage_dir": str(stage_dir), "run_id": run_id},
+        )
+    else:
+        agents["function"] = f"{run_entrypoint.__module__}:{run_entrypoint.__name__}"
+        agents["args"] = [stage.entrypoint, [str(p) for p in search_path], stage.name]
+    try:
+        done = launch_nodes(agents, via=str(spec.via), log_dir=str(stage_dir), grace=policy.graceful_shutdown_sec,
+                            wake=[stop.fileno()], hurry=lambda: stop.hard, stop_signal=lambda: stop.signum)
+    except HabitrunError as exc:
+        return outcome(False, None, str(exc), None, 0)
+    if not done.ok:
+        return outcome(False, None, done.error, done.traceback, done.attempts)
+    if stage.command is not None:
+        try:
+            return outcome(True, _command_result(workdir), None, None, done.attempts)
+        except ValueError as exc:
+            return outcome(False, None, str(exc), None, done.attempts)
+    return outcome(True, done.return_value, None, None, done.attempts)
 
 
 def _clear_earlier_attempts(stage_dir: Path) -> None:

@@ -1,6 +1,7 @@
 """Rank groups for train stages, torchrun-style, usable on its own from Python.
 
 ``launch`` runs a group to the end (restarts, timeout, stop, root cause);
+``launch_nodes`` runs one across nodes (an agent per node, c10d rendezvous);
 ``start_processes`` gives the lower-level context (wait / poll / pids / close);
 ``record`` decorates a rank's main function so its exception lands in its
 error file. Imports nothing of habitrun but ``habitrun.errors``.
@@ -29,6 +30,8 @@ _WHERE = {
     "Std": "std",
     "LaunchResult": "supervisor",
     "launch": "supervisor",
+    "NodesResult": "nodes",
+    "launch_nodes": "nodes",
 }
 
 __all__ = [
@@ -36,11 +39,13 @@ __all__ = [
     "ErrorInfo",
     "GroupResult",
     "LaunchResult",
+    "NodesResult",
     "PortReservation",
     "ProcessContext",
     "RankResult",
     "Std",
     "launch",
+    "launch_nodes",
     "rank_env",
     "read_error_file",
     "record",
@@ -61,6 +66,7 @@ def __getattr__(name: str) -> Any:
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and editors
     from habitrun.launcher.environment import TORCHRUN_VARIABLES, rank_env
     from habitrun.launcher.errorfile import ErrorInfo, read_error_file, record, write_error_file
+    from habitrun.launcher.nodes import NodesResult, launch_nodes
     from habitrun.launcher.ports import PortReservation
     from habitrun.launcher.processes import ProcessContext, start_processes
     from habitrun.launcher.results import GroupResult, RankResult

@@ -87,6 +87,20 @@ class LaunchSpec(BaseModel):
     monitor_interval_sec: float = Field(default=0.1, gt=0, le=MAX_WAIT_SEC, description="How often the group is checked.")
     start_method: Literal["spawn", "forkserver", "fork"] = Field(default="spawn", description="How function ranks start.")
     timeout_sec: Optional[float] = Field(default=None, gt=0, le=MAX_WAIT_SEC, description="Wall-clock budget of one attempt (null: none).")  # noqa: UP045
+    nnodes: int = Field(default=1, ge=1, description="Nodes, one launcher agent each (c10d rendezvous; needs 'via' when more than 1).")
+    via: Optional[Literal["local", "srun"]] = Field(default=None, description="How the node agents start: srun (one per node of the SLURM allocation) or local (all on this machine, to try it out); null: one node, no agent.")  # noqa: UP045
+    rdzv_endpoint: Optional[str] = Field(default=None, pattern=r"^[^\s:]+:\d{1,5}$", description="host:port of the rendezvous store (null: the allocation's first host with srun, 127.0.0.1 locally; a free port).")  # noqa: UP045
+    rdzv_timeout_sec: float = Field(default=900.0, gt=0, le=MAX_WAIT_SEC, description="How long the node agents wait for each other at every (re)start.")
+
+    @model_validator(mode="after")
+    def _nodes_need_a_way_to_start(self) -> LaunchSpec:
+        if self.nnodes > 1 and self.via is None:
+            raise ValueError(f"nnodes={self.nnodes} needs 'via': srun (one agent per node of the SLURM "
+                             "allocation) or local (all agents on this machine)")
+        if self.via is not None and self.timeout_sec is not None:
+            raise ValueError("timeout_sec applies to one-node groups only; under 'via' use the "
+                             "allocation's wall time (sbatch --time)")
+        return self
 
 
 class StageSpec(BaseModel):

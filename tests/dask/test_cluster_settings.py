@@ -80,11 +80,13 @@ def test_slurm_job_script_has_what_the_policy_says() -> None:
         "account": "lung-study", "python": "/opt/study/venv/bin/python",
         "job_extra_directives": ["--constraint=avx2"], "job_script_prologue": ["module load gcc"],
     }})
-    cluster = make_jobqueue_cluster(policy.dask.jobqueue, policy, security_for(policy.dask, local=False))
+    cluster, cancelled = make_jobqueue_cluster(policy.dask.jobqueue, policy, security_for(policy.dask, local=False))
+    assert cancelled == []
     try:
         script = cluster.job_script()
     finally:
         cluster.close()
+    assert "#SBATCH -J habitrun-worker" in script
     assert "#SBATCH -A lung-study" in script
     assert "#SBATCH -p short" in script
     assert "#SBATCH -t 02:30:00" in script
@@ -129,3 +131,22 @@ def test_batches_grow_towards_the_target_and_leave_a_balanced_tail() -> None:
     assert sizer.next_size(1000, slots=2) == 1  # slow subjects travel alone
     assert sizer.next_size(0, slots=2) == 0
 
+
+
+def test_job_ledger_cancels_what_a_killed_runner_left_and_only_that(tmp_path: Path) -> None:
+    import shlex
+    import sys
+
+    from habitrun.engine.dask_backend.jobs import JobLedger
+
+    called = tmp_path / "cancelled.txt"
+    recorder = f"{shlex.quote(sys.executable)} -c \"import sys; open({str(called)!r}, 'a').write(' '.join(sys.argv[1:]))\""
+    ledger = JobLedger(tmp_path / "dask-jobs" / "ledger.json", recorder)
+    assert ledger.cancel_leftovers() == [] and not called.exists()  # nothing recorded: nothing run
+    ledger.add("11")
+    ledger.add("12")
+    ledger.add("12")
+    ledger.remove("11")  # cancelled by its runner: struck
+    assert JobLedger(ledger.path, recorder).cancel_leftovers() == ["12"]  # the next runner of the study
+    assert called.read_text() == "12"
+    assert ledger.cancel_leftovers() == []

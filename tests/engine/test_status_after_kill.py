@@ -16,7 +16,7 @@ from tests.engine.test_crash_safety import start_run, wait_for_done_events
 
 @pytest.mark.timeout(90)
 def test_status_after_a_sigkilled_run_says_interrupted_with_the_resume_command(tmp_path: Path) -> None:
-    recipe = make_study(tmp_path / "study", subjects=8, square_params={"sleep": 0.5})
+    recipe = make_study(tmp_path / "study", subjects=8, square_params={"sleep": 2.0})  # 8 s of work: still running at the kill on a loaded machine
     study = recipe.parent
     proc = start_run(recipe)
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from habitrun.engine.backend import Backend, OperatorRef, ReportFn, SubjectTask
@@ -24,15 +25,16 @@ class DaskBackend(Backend):
 
     name = "dask"
 
-    def __init__(self, policy: RunPolicy) -> None:
+    def __init__(self, policy: RunPolicy, workspace: Path | None = None) -> None:
         self.policy = policy
-        self.handle = ClusterHandle(policy)
+        self.handle = ClusterHandle(policy, workspace)
         self.shared = SharedState(policy)
         self._closed = False
 
     @classmethod
-    def from_policy(cls, policy: RunPolicy) -> DaskBackend:
-        return cls(policy)
+    def from_policy(cls, policy: RunPolicy, workspace: Path | None = None) -> DaskBackend:
+        """``workspace``: the study's ``.habitrun`` folder (batch jobs' ledger and output)."""
+        return cls(policy, workspace)
 
     def _client(self) -> Any:
         if self._closed:
@@ -60,6 +62,8 @@ class DaskBackend(Backend):
         if self.handle.client is None:
             return info
         info["address"] = self.handle.address
+        if self.handle.cancelled_jobs:
+            info["cancelled_leftover_jobs"] = list(self.handle.cancelled_jobs)
         try:
             self.shared.refresh_workers(self.handle)
             info["live_workers"] = self.shared.live

@@ -11,10 +11,17 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import logging
+from pathlib import Path
 from typing import Any
 
 import psutil
 
+from habitrun.engine.dask_backend.jobs import (
+    JobLedger,
+    nanny_gone,
+    recorded_job_class,
+    replacing_cluster_class,
+)
 from habitrun.engine.process.threads import thread_env
 from habitrun.errors import HabitrunError
 from habitrun.spec.policy import DaskSettings, JobqueueSettings, RunPolicy
@@ -26,6 +33,7 @@ MEMORY_CONFIG: dict[str, Any] = {
     "distributed.worker.memory.terminate": 1.0,
 }
 SCHEDULER_CONFIG: dict[str, Any] = {"distributed.scheduler.allowed-failures": 0}
+JOB_NAME = "habitrun-worker"  # what a batch-system cluster's jobs are called in squeue/qstat
 
 _log = logging.getLogger(__name__)
 
@@ -88,24 +96,41 @@ def jobqueue_kwargs(jq: JobqueueSettings, policy: RunPolicy) -> dict[str, Any]:
     return {k: v for k, v in kwargs.items() if v is not None}
 
 
-def make_jobqueue_cluster(jq: JobqueueSettings, policy: RunPolicy, security: Any) -> Any:
-    """The dask-jobqueue cluster (its scheduler runs here; jobs are submitted once scaled)."""
+def make_jobqueue_cluster(jq: JobqueueSettings, policy: RunPolicy, security: Any,
+                          workspace: Path | None = None) -> tuple[Any, list[str]]:
+    """The dask-jobqueue cluster (its scheduler runs here; jobs are submitted once scaled).
+
+    With a ``workspace`` (the study's ``.habitrun`` folder) the jobs' output goes to
+    ``dask-jobs/logs/`` there and every job is kept in a ledger, so the next run
+    cancels the jobs of a runner that was killed; returns the cluster and the ids
+    of such leftover jobs it cancelled.
+    """
     import dask
     import dask_jobqueue
 
-    cls = getattr(dask_jobqueue, _JOBQUEUE_CLASSES[jq.system])
-    extra: dict[str, Any] = {}
+    base = getattr(dask_jobqueue, _JOBQUEUE_CLASSES[jq.system])
+    extra: dict[str, Any] = {"job_name": JOB_NAME}
     if security.require_encryption:
         extra.update(security=security, protocol="tls://")
+    cancelled: list[str] = []
+    if workspace is not None:
+        ledger = JobLedger(workspace / "dask-jobs" / "ledger.json", base.job_cls.cancel_command)
+        cancelled = ledger.cancel_leftovers()
+        extra["job_cls"] = recorded_job_class(base.job_cls, ledger)
+        extra.setdefault("log_directory", str(workspace / "dask-jobs" / "logs"))
+    cls = replacing_cluster_class(base)
     with dask.config.set({**SCHEDULER_CONFIG, **MEMORY_CONFIG}):
-        return cls(**jobqueue_kwargs(jq, policy), silence_logs=logging.ERROR, **extra)
+        return cls(**jobqueue_kwargs(jq, policy), silence_logs=logging.ERROR, **extra), cancelled
 
 
 class ClusterHandle:
     """The client (and, for a cluster habitrun started, the cluster) behind one DaskBackend."""
 
-    def __init__(self, policy: RunPolicy) -> None:
+    def __init__(self, policy: RunPolicy, workspace: Path | None = None) -> None:
         self.policy = policy
+        self.workspace = workspace
+        self.cancelled_jobs: list[str] = []  # left by an earlier, killed runner of this study
+        self.security: Any = None
         self.settings = policy.dask or DaskSettings()
         self.cluster: Any = None
         self.client: Any = None
@@ -145,6 +170,7 @@ class ClusterHandle:
 
         # a local or jobqueue cluster's scheduler runs here and presents the same certificate
         security = security_for(self.settings, local=self.kind == "local" or self.kind.startswith("jobqueue"))
+        self.security = security
         if self.kind == "address":
             client = Client(self.settings.address, security=security, timeout=self._connect_timeout())
             self._forbid_scheduler_retries(client)
@@ -155,7 +181,11 @@ class ClusterHandle:
             self._forbid_scheduler_retries(client)
             return client
         if self.settings.jobqueue is not None:
-            self.cluster = make_jobqueue_cluster(self.settings.jobqueue, self.policy, security)
+            self.cluster, self.cancelled_jobs = make_jobqueue_cluster(self.settings.jobqueue, self.policy,
+                                                                      security, self.workspace)
+            if self.cancelled_jobs:
+                _log.warning("cancelled %d batch job(s) left by an earlier, killed run of this study: %s",
+                             len(self.cancelled_jobs), " ".join(self.cancelled_jobs))
             self.cluster.scale(n=self.policy.workers)
             return Client(self.cluster, security=security)
         import dask
@@ -191,6 +221,15 @@ class ClusterHandle:
                          "worker dies may be rerun by Dask", exc)
             return
         self._restored_allowed_failures = old
+
+    def nanny_gone(self, nanny: str, wait: float) -> bool:
+        """Has the nanny at ``nanny`` gone too (the worker's job or host ended, not just the worker)?"""
+        from distributed.utils import sync
+
+        try:
+            return bool(sync(self.client.loop, nanny_gone, nanny, self.security, wait))
+        except Exception:  # noqa: BLE001 - cannot tell: treat the death as the subject's
+            return False
 
     @property
     def address(self) -> str | None:

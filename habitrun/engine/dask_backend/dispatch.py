@@ -18,7 +18,10 @@ reason outside the subject (killed from outside, dropped by the scheduler)
 costs nobody a failure. When the markers cannot say which of a batch's fast,
 unannounced subjects was running, its unfinished subjects are resent one per
 task as *suspects*, announced before they start, so a second death names its
-subject. A subject's failure is always an outcome, never a retry here.
+subject. A subject's failure is always an outcome, never a retry here,
+with one exception: a worker that died together with its nanny was ended
+from outside (its batch job cancelled, pre-empted or out of wall time), so
+the subject it ran is resent, up to ``MAX_HOST_LOSSES`` times.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from habitrun.engine.dask_backend.state import SharedState
 from habitrun.engine.dask_backend.worker import BatchContext, WireOutcome, run_batch, stop_token
 from habitrun.spec.policy import RunPolicy
 
+MAX_HOST_LOSSES = 2  # a subject is resent this often when its worker's whole job ends under it
 OOM_TOPIC = "worker-restart-memory"  # logged by a nanny just before it kills its worker for memory
 
 
@@ -53,6 +57,7 @@ class _Batch:
     suspect: bool
     future: Any
     worker: str | None = None  # from the "started" marker
+    nanny: str | None = None  # the worker's nanny, from the "started" marker
     running: int | None = None  # position announced running and not yet done
     streamed: dict[int, WireOutcome] = field(default_factory=dict)  # outcomes that came with "done" markers
     result: dict[str, Any] | None = None  # the batch's "E" event
@@ -189,7 +194,13 @@ class StageDispatch:
             return
         batch.worker = msg.get("w") or batch.worker
         kind = msg.get("m")
+        if kind == "B":
+            batch.nanny = msg.get("n")
         if kind == "R":
+            if "o" in msg:  # the batch's earlier, fast subjects: finished, now safe from a later death
+                wires = pickle.loads(msg["o"])
+                batch.streamed.update((wire[0], wire) for wire in wires)
+                self._emit(batch, wires)
             if msg["i"] not in batch.streamed:
                 batch.running = msg["i"]
         elif kind == "E":
@@ -274,6 +285,8 @@ class StageDispatch:
             victim = 0  # announced as started and never ended: its only subject was running
         else:
             victim = -1  # one of its fast, unannounced subjects was running: find out which
+        if victim is not None and victim >= 0 and self._host_ended(batch, batch.indices[victim]):
+            victim = None  # its job was cancelled or pre-empted (or its host lost): not the subject's doing
         if victim is not None and victim >= 0 and batch.indices[victim] not in self.reported:
             self._charge(batch.indices[victim], address)
         if self.stopping_deadline is not None:
@@ -284,6 +297,21 @@ class StageDispatch:
         else:
             self.pending.extendleft(reversed(rest))
         self.shared.refresh_workers(self.handle)
+
+    def _host_ended(self, batch: _Batch, index: int) -> bool:
+        """Did the worker die with its nanny (``scancel``, pre-emption, wall time, a lost node)?
+
+        Then the subject it ran is sent again instead of being charged, up to
+        ``MAX_HOST_LOSSES`` times (a subject that brings down its whole job
+        every time is charged after that).
+        """
+        if batch.nanny is None or self.handle.kind == "local" or self.stopping_deadline is not None:
+            return False
+        if not self.handle.nanny_gone(batch.nanny, wait=1.0):
+            return False
+        key = self.tasks[index].key
+        self.shared.host_losses[key] = self.shared.host_losses.get(key, 0) + 1
+        return self.shared.host_losses[key] <= MAX_HOST_LOSSES
 
     def _charge(self, index: int, address: str) -> None:
         """The subject that was running when ``address`` died: out of memory if its nanny said so."""

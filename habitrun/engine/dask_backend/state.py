@@ -29,6 +29,7 @@ class SharedState:
         self.listeners: list[queue.SimpleQueue[tuple[Any, ...]]] = []
         self._sizers: dict[str, BatchSizer] = {}
         self._oom: dict[str, int] = {}
+        self.host_losses: dict[str, int] = {}  # subject key -> times its worker's job/host ended under it
         self._oom_seen = threading.Condition()
 
     @property

@@ -168,15 +168,19 @@ def run_batch(op: OperatorRef, tasks: Sequence[SubjectTask], ctx: BatchContext) 
         done: list[WireOutcome] = []
         restart: str | None = None
         if runner.retiring is None and ctx.token not in _STOPPED:
-            _mark(worker, ctx, {"m": "B"})  # the client knows this batch started before its first subject does
+            # the client knows this batch started (and under which nanny) before its first subject does
+            _mark(worker, ctx, {"m": "B", "n": worker.nanny})
+        unsent: list[WireOutcome] = []  # fast outcomes not yet sent: they ride along with the next "R"
         for i, task in enumerate(tasks):
             if runner.retiring is not None or ctx.token in _STOPPED or _cancelled(worker):
                 break
-            outcome, marked = _watch_one(runner, worker, op, task, i, ctx)
+            outcome, marked = _watch_one(runner, worker, op, task, i, ctx, unsent)
             wire = _wire(i, outcome)
             done.append(wire)
             if marked:  # before the next subject starts: the client must not think this one still runs
                 _mark(worker, ctx, {"m": "D", "i": i, "o": pickle.dumps(wire, protocol=pickle.HIGHEST_PROTOCOL)})
+            else:
+                unsent.append(wire)
             restart = _restart_reason(runner, outcome, ctx)
             if restart is not None:
                 runner.retiring = restart
@@ -191,12 +195,22 @@ def run_batch(op: OperatorRef, tasks: Sequence[SubjectTask], ctx: BatchContext) 
         return None
 
 
+def _announce(worker: Any, ctx: BatchContext, index: int, unsent: list[WireOutcome]) -> None:
+    """Subject ``index`` is running; the batch's finished, unsent outcomes go with it, so a
+    worker lost during a long subject (killed, its job cancelled) loses none of them."""
+    msg: dict[str, Any] = {"m": "R", "i": index}
+    if unsent:
+        msg["o"] = pickle.dumps(list(unsent), protocol=pickle.HIGHEST_PROTOCOL)
+        unsent.clear()
+    _mark(worker, ctx, msg)
+
+
 def _watch_one(runner: _SubjectThread, worker: Any, op: OperatorRef, task: SubjectTask, index: int,
-               ctx: BatchContext) -> tuple[SubjectOutcome, bool]:
+               ctx: BatchContext, unsent: list[WireOutcome]) -> tuple[SubjectOutcome, bool]:
     """Run one subject on the subject thread under its deadline; (outcome, was it announced)."""
     marked = ctx.suspect
     if marked:  # announce before starting: a subject that kills its worker at once is still named
-        _mark(worker, ctx, {"m": "R", "i": index})
+        _announce(worker, ctx, index, unsent)
     start = time.monotonic()
     runner.submit(op, task)
     if not marked:
@@ -205,7 +219,7 @@ def _watch_one(runner: _SubjectThread, worker: Any, op: OperatorRef, task: Subje
             return runner.outbox.get(timeout=first_wait), False
         except queue.Empty:
             pass
-        _mark(worker, ctx, {"m": "R", "i": index})
+        _announce(worker, ctx, index, unsent)
         marked = True
     remaining = None if ctx.timeout_sec is None else max(0.0, ctx.timeout_sec - (time.monotonic() - start))
     try:
