@@ -126,10 +126,9 @@ def resource_stats(plan: Plan, store: CheckpointStore | None) -> dict[str, dict[
     """Per stage: duration and peak-memory spreads of the attempts behind the current records."""
     if store is None:
         return {}
-    latest = latest_by_key(store.trace())
-    if not latest:
-        return {}
-    chosen = [latest[key] for stage in plan for key in stage.keys.values() if key in latest]
+    keys = [key for stage in plan for key in stage.keys.values()]
+    latest = latest_by_key(store.trace(keys=keys))
+    chosen = [latest[key] for key in keys if key in latest]
     return stage_stats(chosen)
 
 

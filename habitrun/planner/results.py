@@ -78,7 +78,7 @@ def stage_table(loaded: LoadedRecipe, stage: str, *, manifest: bool = False) -> 
         states = store.states(keys)
         results = store.results([k for k in keys if (s := states.get(k)) is not None and s.ok])
         durations = store.durations(keys)
-        traced = latest_by_key(store.trace(stage=stage))
+        traced = latest_by_key(store.trace(stage=stage, keys=keys))
     field_names: list[str] = []
     if manifest:
         for row in subjects:

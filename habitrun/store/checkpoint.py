@@ -445,9 +445,11 @@ class CheckpointStore:
                 ) from None
         return out
 
-    def trace(self, *, run_id: str | None = None, stage: str | None = None) -> list[tuple]:
-        """Trace rows (columns: store.trace.TRACE_COLUMNS), oldest first."""
-        return read_trace(self._cache._con, run_id=run_id, stage=stage)
+    def trace(self, *, run_id: str | None = None, stage: str | None = None,
+              keys: Iterable[str] | None = None) -> list[tuple]:
+        """Trace rows (columns: store.trace.TRACE_COLUMNS), oldest first; ``keys``: only those keys'."""
+        wanted = None if keys is None else json.dumps(keys if isinstance(keys, list) else list(keys))
+        return read_trace(self._cache._con, run_id=run_id, stage=stage, keys=wanted)
 
     def durations(self, keys: Iterable[str]) -> dict[str, float]:
         """key -> stored duration of the record (seconds) for the stored ones among ``keys``."""

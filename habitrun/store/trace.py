@@ -52,9 +52,15 @@ TRACE_INSERT = (f"INSERT INTO {TRACE_TABLE} ({', '.join(TRACE_COLUMNS)}) "
                 f"VALUES ({', '.join('?' * len(TRACE_COLUMNS))})")
 
 
-def read_trace(con: Any, *, run_id: str | None = None, stage: str | None = None) -> list[tuple]:
-    """Trace rows in the order they were written, optionally of one run and/or one stage."""
-    where, params = [], []
+def read_trace(con: Any, *, run_id: str | None = None, stage: str | None = None,
+               keys: str | None = None) -> list[tuple]:
+    """Trace rows in the order they were written, optionally of one run, one stage and/or
+    the cache keys in ``keys`` (a JSON list: one query however many)."""
+    where: list[str] = []
+    params: list[Any] = []
+    if keys is not None:
+        where.append("key IN (SELECT value FROM json_each(?))")
+        params.append(keys)
     if run_id is not None:
         where.append("run_id = ?")
         params.append(run_id)

@@ -39,6 +39,7 @@ def test_trace_rows_commit_with_their_records_and_read_back(tmp_path: Path) -> N
         assert [r[TRACE_COLUMNS.index("subject")] for r in rows] == ["S0", "S1"]
         assert rows[0] == _row(0)
         assert store.trace(stage="other") == [] and len(store.trace(run_id="r1")) == 2
+        assert store.trace(keys=["k1", "nope"]) == [_row(1, "retried")] and store.trace(keys=[]) == []
 
 
 def test_a_store_without_the_table_is_read_without_adding_it(tmp_path: Path) -> None:
