@@ -69,6 +69,10 @@ class RunInterrupted(HabitrunError):
     exit_code = EXIT_INTERRUPTED
 
 
+class WorkerStartError(HabitrunError):
+    """No worker process could be started at all (exit 2): a run-level problem, no subject's failure."""
+
+
 class LaunchError(HabitrunError):
     """A rank group could not be started or failed past its restarts."""
 

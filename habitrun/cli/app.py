@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from pathlib import Path
 
 import typer
 from rich.console import Console
@@ -16,6 +17,7 @@ from rich.console import Console
 from habitrun import __version__
 from habitrun.cli.text import esc
 from habitrun.errors import EXIT_INTERRUPTED, HabitrunError
+from habitrun.spec.opcheck import discard_early, start_early
 
 app = typer.Typer(
     name="habitrun",
@@ -63,16 +65,37 @@ def report_error(exc: HabitrunError) -> int:
     return exc.exit_code
 
 
+def early_recipe(argv: list[str]) -> Path | None:
+    """The recipe file a `run`, `resume` or `validate` command line names, found without parsing it fully."""
+    if not argv or argv[0] not in ("run", "resume", "validate"):
+        return None
+    given = next((a for a in argv[1:] if not a.startswith("-")), None)
+    if given is None or "=" in given:
+        given = "recipe.yaml" if argv[0] == "resume" else None
+    if given is None:
+        return None
+    path = Path(given)
+    if path.is_dir():
+        path = path / "recipe.yaml"
+    return path if path.is_file() else None
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point; ``argv`` (default: ``sys.argv[1:]``) lets a test run it in-process."""
-    load_commands()
+    recipe = early_recipe(sys.argv[1:] if argv is None else argv)
+    if recipe is not None:
+        # Started before the commands are imported: its imports overlap with ours.
+        start_early(recipe)
     try:
+        load_commands()
         app(args=argv, prog_name="habitrun")
     except HabitrunError as exc:
         sys.exit(report_error(exc))
     except KeyboardInterrupt:
         err_console.print("interrupted")
         sys.exit(EXIT_INTERRUPTED)
+    finally:
+        discard_early()
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -10,6 +10,7 @@ never created or written here.
 from __future__ import annotations
 
 import json
+import shlex
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -128,9 +129,10 @@ def plan(
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON (every subject's status)."),
     reason: bool = typer.Option(False, "--reason", help="Say for each subject that is not done why."),
     limit: int = typer.Option(50, "--limit", help="With --reason: subjects listed per reason (0: all)."),
+    retry_failed: bool = typer.Option(False, "--retry-failed", help="Plan as `run --retry-failed` would: recorded failures rerun."),
 ) -> None:
     """Show what a run would do, per stage: done / failed / stale / pending / forced / blocked."""
-    loaded = load_recipe(recipe, tuple(overrides or ()))
+    loaded = load_recipe(recipe, (*(overrides or ()), *(("policy.retry_failed_subjects=true",) if retry_failed else ())))
     subjects = load_subjects(loaded)
     store = open_existing_store(loaded)
     try:
@@ -145,7 +147,15 @@ def plan(
         if reason:
             print_reasons(console, the_plan, store, limit)
         total = sum(len(s.to_run()) for s in the_plan)
-        console.print("nothing to run: every stage is done" if total == 0 else f"{total} subject-stage(s) would run")
+        failed = sum(s.counts()["failed"] for s in the_plan)
+        if total:
+            console.print(f"{total} subject-stage(s) would run")
+        else:
+            console.print("nothing to run: every stage is done" if not failed else "nothing to run")
+        if failed:
+            again = shlex.join(["habitrun", "run", str(recipe), *(overrides or ()), "--retry-failed"])
+            console.print(f"[yellow]{failed} recorded failure(s) will not be retried[/]; retry them with: {esc(again)}",
+                          highlight=False)
     finally:
         if store is not None:
             store.close()

@@ -107,7 +107,7 @@ class RunDisplay:
     def on_event(self, event: dict[str, Any]) -> None:
         kind = event.get("event")
         handler = getattr(self, f"_on_{kind}", None)
-        if handler is not None and not self.quiet:
+        if handler is not None and (not self.quiet or kind == "stopping"):
             handler(event)
         elif kind in ("subject_done", "subject_failed", "subject_skipped") and self.quiet:
             return
@@ -196,6 +196,9 @@ class RunDisplay:
             self.print(f"{_tag(stage)} finished: {e['done']} done, {e['cached']} cached, {e['failed']} failed, "
                        f"{e['skipped']} skipped" + (f", {e['not_run']} not run" if e.get("not_run") else ""))
 
+    def _on_stopping(self, e: dict[str, Any]) -> None:
+        self.print(f"[yellow]{esc(stopping_text(e))}[/]")
+
     def _on_checkpoint_cleared(self, e: dict[str, Any]) -> None:
         retried = f", {e['retried']} after a retry" if e.get("retried") else ""
         self.print(f"{_tag(e['stage'])} checkpoint cleared: {e['records']} record(s) removed "
@@ -212,6 +215,26 @@ class RunDisplay:
             self.progress.console.print(line, markup=False, highlight=False)
         else:
             self.console.print(line, markup=False, highlight=False)
+
+
+def stopping_text(e: dict[str, Any]) -> str:
+    """``stopping: 2 subjects still running, waiting up to 15 s; Ctrl-C again to stop them now``."""
+    again = "Ctrl-C again" if e.get("signal") in (None, "SIGINT") else f"{e['signal']} again"
+    running = e.get("running")
+    train = e.get("kind") == "train"
+    if train:
+        what = f"{running} rank(s) of stage {e['stage']} still running"
+    elif running is None:
+        what = "the subjects still running"
+    else:
+        what = f"{running} subject(s) still running"
+    if e.get("now"):
+        return "stopping now: the ranks are stopped at once" if train else "stopping now: running subjects are stopped at once"
+    if e.get("backend") == "serial" and not train:
+        return "stopping after the subject that is running (the serial backend cannot stop it early)"
+    if not running and not train:
+        return "stopping: no subject is running; finishing up"
+    return f"stopping: {what}, waiting up to {e.get('grace_sec', 0):g} s; {again} to stop them now"
 
 
 def stdout_is_terminal() -> bool:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import shlex
-import sys
 from pathlib import Path
 from typing import Optional
 
@@ -18,12 +17,18 @@ import typer
 from rich.console import Console
 
 from habitrun.cli.app import app
-from habitrun.cli.progress import RunDisplay
-from habitrun.cli.report import write_run_report
-from habitrun.cli.summary import print_summary
+from habitrun.cli.execute import (
+    RECORD_NOOP_HELP,
+    RERUN_HELP,
+    RETRY_FAILED_HELP,
+    STAGE_HELP,
+    Selection,
+    execute,
+    load_selected,
+    retry_command,
+)
 from habitrun.cli.text import esc
-from habitrun.engine.runner import run_study
-from habitrun.errors import HabitrunError, RecipeError, StoreError, StoreWriteError
+from habitrun.errors import HabitrunError, RecipeError, StoreError
 from habitrun.spec.loader import LoadedRecipe, load_recipe
 from habitrun.store.runs import RUNS, RunFolder, latest_run
 
@@ -99,24 +104,24 @@ def resume(
     target: Optional[Path] = typer.Argument(None, help="Recipe file, study folder or run folder (default: ./recipe.yaml)."),  # noqa: UP045
     use_current: bool = typer.Option(False, "--use-current", help="Use the recipe file as it is now, not as it was run."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the final summary."),
+    retry_failed: bool = typer.Option(False, "--retry-failed", help=RETRY_FAILED_HELP),
+    rerun: Optional[list[str]] = typer.Option(None, "--rerun", metavar="SUBJECT", help=RERUN_HELP),  # noqa: UP045
+    stage: Optional[str] = typer.Option(None, "--stage", metavar="NAME", help=STAGE_HELP),  # noqa: UP045
+    record_noop: bool = typer.Option(False, "--record-noop", help=RECORD_NOOP_HELP),
     report: bool = typer.Option(False, "--report", help="Write report.html into the run folder at the end (as policy.report)."),
 ) -> None:
     """Finish the latest run: nothing that finished is repeated, nothing is lost."""
     console = Console(highlight=False, soft_wrap=True)
+    selection = Selection(retry_failed, tuple(rerun or ()), stage, record_noop)
+    recipe_arg = str(target or DEFAULT_RECIPE)
+    retry = retry_command("resume", recipe_arg, (), selection)
     previous, recipe_path, root = find_run(target)
     if previous is None:
         # Killed before its first run folder existed: nothing was stored, so resuming is running.
         console.print(f"no earlier run of {esc(recipe_path)} was recorded; starting one", highlight=False)
-        loaded = load_recipe(recipe_path)
-        try:
-            with RunDisplay(console, quiet=quiet) as display:
-                summary = run_study(loaded, argv=sys.argv, observer=display.on_event)
-        except StoreWriteError as exc:
-            raise exc.with_resume(_resume_command(target)) from None
-        print_summary(console, summary, recipe_arg=str(target or DEFAULT_RECIPE))
-        if report or loaded.recipe.policy.report:
-            write_run_report(console, loaded, summary.run)
-        raise typer.Exit(summary.exit_code)
+        loaded = load_selected(recipe_path, (), selection)
+        execute(console, loaded, quiet=quiet, recipe_arg=recipe_arg, retry=retry, selection=selection,
+                resume=_resume_command(target), report=report)
     provenance = previous.read_provenance()
     overrides = tuple(provenance.get("overrides", []))
     stored = stored_recipe(previous, root) if not use_current else None
@@ -146,16 +151,20 @@ def resume(
     if made_in and not _same_folder(Path(made_in), root):
         console.print(f"note: run {esc(previous.run_id)} was made in {esc(made_in)}; resuming it here, in "
                       f"{esc(root)}, on this folder's store", highlight=False)
+    loaded = with_selection(loaded, selection, stored=not use_current)
     console.print(f"resuming run {esc(previous.run_id)} ({esc(previous.path)})", highlight=False)
-    try:
-        with RunDisplay(console, quiet=quiet) as display:
-            summary = run_study(loaded, argv=sys.argv, observer=display.on_event, resumed_from=previous,
-                                source_path=recipe_path)
-    except StoreWriteError as exc:  # a full disk: stopped; say how to go on from here
-        raise exc.with_resume(_resume_command(target)) from None
-    print_summary(console, summary, recipe_arg=str(target or DEFAULT_RECIPE))
-    if report or loaded.recipe.policy.report:
-        write_run_report(console, loaded, summary.run)
-    raise typer.Exit(summary.exit_code)
+    execute(console, loaded, quiet=quiet, recipe_arg=recipe_arg, retry=retry, selection=selection,
+            resume=_resume_command(target), resumed_from=previous, source_path=recipe_path, report=report)
 
 
+def with_selection(loaded: LoadedRecipe, selection: Selection, *, stored: bool) -> LoadedRecipe:
+    """The recipe to resume with the command line's selection applied over its overrides.
+
+    A stored recipe is the resolved one (its overrides already applied): only the
+    selection's overrides are applied to it, and added to those it records.
+    """
+    extra = selection.overrides(loaded)
+    if not extra:
+        return loaded
+    again = load_recipe(loaded.path, extra if stored else (*loaded.overrides, *extra), root=loaded.root)
+    return dataclasses.replace(again, sha256=loaded.sha256, overrides=(*loaded.overrides, *extra))

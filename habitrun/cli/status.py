@@ -10,6 +10,7 @@ Nothing is written.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from habitrun.cli.plan import counts_table, make_console, open_existing_store
 from habitrun.cli.resume import check_run_home
 from habitrun.cli.text import esc
 from habitrun.cli.text import human as fmt
-from habitrun.errors import StoreError
+from habitrun.errors import EXIT_FAILED_SUBJECTS, EXIT_OK, StoreError
 from habitrun.planner.plan import Plan, SubjectStatus, plan_study
 from habitrun.spec.loader import LoadedRecipe, load_recipe
 from habitrun.spec.subjects import load_subjects
@@ -160,7 +161,11 @@ def status(
     as_json: bool = typer.Option(False, "--json", help="Print the status as JSON."),
     show_all: bool = typer.Option(False, "--all", help=f"List every failure (default: the first {MAX_FAILURES_SHOWN})."),
 ) -> None:
-    """Show the last run: outcome, per stage counts, each failed subject with its log file."""
+    """Show the last run: outcome, per stage counts, each failed subject with its log file.
+
+    Exit 0 when the last run succeeded (or is running), 1 when it failed, was
+    interrupted or did not finish, 2 when the recipe or store cannot be read.
+    """
     loaded, run = locate(target)
     console = make_console()
     if run is None:
@@ -179,6 +184,7 @@ def status(
     finally:
         if store is not None:
             store.close()
+    code = exit_code_for(outcome)
     if as_json:
         typer.echo(json.dumps({
             "recipe": str(loaded.path),
@@ -189,7 +195,7 @@ def status(
             "failures": failed,
             "resources": stats,
         }, indent=1, ensure_ascii=False))
-        return
+        raise typer.Exit(code)
     console.print(f"[bold]run {esc(run.run_id)}[/]: {esc(outcome)}")
     console.print(f"  folder   {esc(str(run.path))}")
     console.print(f"  started  {esc(str(info.get('started_at', '?')))}")
@@ -206,13 +212,23 @@ def status(
             console.print(f"  slowest in {esc(name)}: {slow}", highlight=False)
     if not failed:
         console.print("no failed subjects")
-        return
+        raise typer.Exit(code)
     console.print(f"[red]{len(failed)} failed subject(s)[/]:")
     shown = failed if show_all else failed[:MAX_FAILURES_SHOWN]
     for f in shown:
         what = f"{f['kind']}: {f['error']}" if f["kind"] else f["error"]
         console.print(f"  {esc(f['stage'])} {esc(f['subject'])}: {esc(what)}", highlight=False)
-        if f["log"]:
+        if f["log"] and os.path.exists(f["log"]):
             console.print(f"      log: {esc(f['log'])}", highlight=False)
+        else:  # a subject that printed nothing before it was stopped, or a log folder since deleted
+            console.print("      log: none was written", highlight=False)
     if len(shown) < len(failed):
         console.print(f"  ... and {len(failed) - len(shown)} more (habitrun status --all)")
+    raise typer.Exit(code)
+
+
+def exit_code_for(outcome: str) -> int:
+    """0: the last run succeeded (or is running); 1: it failed, was interrupted or did not finish."""
+    if outcome == "success" or outcome.startswith("running"):
+        return EXIT_OK
+    return EXIT_FAILED_SUBJECTS

@@ -1,20 +1,99 @@
-"""The closing report of `run` and `resume`: per stage counts, failures with log paths, next step."""
+"""The closing report of `run` and `resume`: per stage counts, results, failures with kind and log, next step."""
 
 from __future__ import annotations
 
 import json
+import os
 import shlex
+from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
 from habitrun.cli.text import esc
-from habitrun.engine.runner import RunSummary
+from habitrun.engine.runner import FailureLine, RunSummary
 
 MAX_FAILURES_SHOWN = 20
+MAX_FILES_SHOWN = 5
+RESULT_CHARS = 160  # a collect/train result is shown up to this long
 
 
-def print_summary(console: Console, summary: RunSummary, *, recipe_arg: str) -> None:
+def failure_text(line: FailureLine) -> str:
+    """``features S3: timeout: subject exceeded 900 s  (log: ...)``, escaped for rich."""
+    what = f"{line.kind}: {line.error}" if line.kind and not line.error.startswith(f"{line.kind}:") else line.error
+    if line.recorded:
+        what = f"recorded failure: {what}"
+    if line.log_path and os.path.exists(line.log_path):
+        where = f"log: {esc(line.log_path)}"
+    else:
+        where = "no log written"
+    return f"  {esc(line.stage)} {esc(line.subject_id)}: {esc(what)}  [dim]({where})[/]"
+
+
+def short_result(result: Any) -> str:
+    """A result on one line, cut at RESULT_CHARS."""
+    try:
+        text = json.dumps(result, default=str, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = repr(result)
+    return text if len(text) <= RESULT_CHARS else text[:RESULT_CHARS - 3] + "..."
+
+
+def files_under(folder: str, limit: int = MAX_FILES_SHOWN) -> tuple[list[str], int]:
+    """Up to ``limit`` files under ``folder`` (sorted, relative) and how many there are."""
+    found: list[str] = []
+    for root, dirs, files in os.walk(folder):
+        dirs.sort()
+        found.extend(os.path.relpath(os.path.join(root, f), folder) for f in sorted(files))
+    return found[:limit], len(found)
+
+
+def print_outputs(console: Console, summary: RunSummary) -> None:
+    """Each collect/train stage's result (short) and the files it wrote in its work folder."""
+    for stage, folder in summary.outputs.items():
+        console.print(f"[bold]{esc(stage)}[/]: {esc(short_result(summary.results.get(stage)))}", highlight=False)
+        shown, total = files_under(folder)
+        if not total:
+            console.print(f"  no files in {esc(folder)}", highlight=False)
+            continue
+        more = f" (and {total - len(shown)} more)" if total > len(shown) else ""
+        console.print(f"  files in {esc(Path(folder))}: {esc(', '.join(shown))}{more}", highlight=False)
+
+
+def print_failures(console: Console, lines: list[FailureLine], title: str, recipe_arg: str) -> None:
+    if not lines:
+        return
+    console.print(title)
+    for line in lines[:MAX_FAILURES_SHOWN]:
+        console.print(failure_text(line), highlight=False)
+    if len(lines) > MAX_FAILURES_SHOWN:
+        console.print(f"  ... and {len(lines) - MAX_FAILURES_SHOWN} more: "
+                      f"habitrun status {esc(shlex.quote(recipe_arg))} --all", highlight=False)
+
+
+def print_recorded(console: Console, summary: RunSummary, recipe_arg: str, retry_command: str | None) -> None:
+    recorded = summary.recorded_failures
+    if not recorded:
+        return
+    print_failures(console, recorded, f"[yellow]{len(recorded)} recorded failure(s) not retried[/] "
+                   "(stored by an earlier run; retry rounds do not rerun them):", recipe_arg)
+    if retry_command:
+        console.print(f"retry them with: {esc(retry_command)}", highlight=False)
+
+
+def print_summary(console: Console, summary: RunSummary, *, recipe_arg: str, retry_command: str | None = None) -> None:
+    for warning in summary.warnings if summary.noop else ():
+        console.print(f"[yellow]warning:[/] {esc(warning)}", highlight=False)
+    if summary.noop:
+        cached = sum(c.cached for c in summary.stages.values())
+        failed = len(summary.recorded_failures)
+        extra = f", {failed} recorded failure(s) not retried" if failed else ""
+        console.print(f"nothing to run: {cached} subject-stage(s) already stored as done{extra} "
+                      "(no run folder written; --record-noop writes one)", highlight=False)
+        print_recorded(console, summary, recipe_arg, retry_command)
+        return
+    assert summary.run is not None
     table = Table(title=esc(f"run {summary.run.run_id}: {summary.outcome}"), title_justify="left")
     for column in ("stage", "total", "done", "cached", "failed", "skipped"):
         table.add_column(column, justify="left" if column == "stage" else "right")
@@ -23,17 +102,10 @@ def print_summary(console: Console, summary: RunSummary, *, recipe_arg: str) -> 
                       f"[red]{c.failed}[/]" if c.failed else "0",
                       f"[yellow]{c.skipped}[/]" if c.skipped else "0")
     console.print(table)
-    for stage, result in summary.results.items():
-        if isinstance(result, dict) and any(k in result for k in ("accuracy", "loss", "metrics")):
-            console.print(f"[bold]{esc(stage)}[/]: " + esc(json.dumps(result, default=str)), highlight=False)
-    if summary.failures:
-        console.print(f"[red]{len(summary.failures)} failed subject(s):[/]")
-        for line in summary.failures[:MAX_FAILURES_SHOWN]:
-            console.print(f"  {esc(line.stage)} {esc(line.subject_id)}: {esc(line.error)}  [dim]({esc(line.log_path)})[/]",
-                          highlight=False)
-        if len(summary.failures) > MAX_FAILURES_SHOWN:
-            console.print(f"  ... and {len(summary.failures) - MAX_FAILURES_SHOWN} more: "
-                          f"habitrun status {esc(shlex.quote(recipe_arg))}")
+    print_outputs(console, summary)
+    new = [f for f in summary.failures if not f.recorded]
+    print_failures(console, new, f"[red]{len(new)} failed subject(s):[/]", recipe_arg)
+    print_recorded(console, summary, recipe_arg, retry_command)
     console.print(f"run folder: {esc(summary.run.path)}", highlight=False)
     if summary.outcome == "interrupted":
         console.print(f"[yellow]stopped ({esc(summary.stop_reason)}); finished subjects are stored.[/] "

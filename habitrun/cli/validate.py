@@ -1,7 +1,8 @@
 """`habitrun validate RECIPE [OVERRIDES...]`: everything a run would check before it starts.
 
 Schema and stage graph (by loading), the manifest (by reading it), and every
-operator and train entrypoint (by importing it from the recipe's folder).
+operator and train entrypoint (by importing it from the recipe's folder, in a
+child process, with each operator's params checked against its signature).
 Problems of the last two are collected together, so one pass shows them all.
 """
 
@@ -14,25 +15,14 @@ import typer
 from habitrun.cli.app import app
 from habitrun.errors import RecipeError
 from habitrun.spec.loader import LoadedRecipe, load_recipe
-from habitrun.spec.operators import resolve_operator
+from habitrun.spec.opcheck import OperatorCheck
 from habitrun.spec.policy import RunPolicy
 from habitrun.spec.subjects import SubjectRow, load_subjects
 
 
 def check_operators(loaded: LoadedRecipe) -> list[str]:
-    """Import every stage's operator / entrypoint; one located problem per failure."""
-    problems = []
-    for i, stage in enumerate(loaded.recipe.stages):
-        for attr in ("operator", "entrypoint"):
-            target = getattr(stage, attr)
-            if target is None:
-                continue
-            try:
-                resolve_operator(target, loaded.search_path, stage=stage.name)
-            except RecipeError as exc:
-                where = loaded.locate(("stages", i, attr))
-                problems.extend(f"{where}: {p}" for p in exc.problems)
-    return problems
+    """Import every stage's operator / entrypoint in a child process; one located problem per failure."""
+    return OperatorCheck.start(loaded).problems()
 
 
 def _policy_summary(policy: RunPolicy) -> str:
@@ -75,11 +65,12 @@ def validate(
     loaded = load_recipe(recipe, tuple(overrides or ()))
     problems: list[str] = []
     rows: list[SubjectRow] = []
-    try:
-        rows = load_subjects(loaded)
-    except RecipeError as exc:
-        problems.extend(exc.problems)
-    problems.extend(check_operators(loaded))
+    with OperatorCheck.start(loaded) as operators:  # imports in a child while the manifest loads
+        try:
+            rows = load_subjects(loaded)
+        except RecipeError as exc:
+            problems.extend(exc.problems)
+        problems.extend(operators.problems())
     if problems:
         raise RecipeError(problems)
     typer.echo(summary(loaded, rows))

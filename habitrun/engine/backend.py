@@ -76,6 +76,7 @@ class Backend(abc.ABC):
     """Runs map (and collect) tasks; lives for a whole run so workers are reused across stages."""
 
     name: str = "abstract"
+    scratch_dir: str | None = None  # where workers keep scratch files (the run folder); None: the temp dir
 
     @abc.abstractmethod
     def run_tasks(
@@ -98,6 +99,10 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def effective_workers(self) -> int:
         """Slots in use now (after GPU capping or out-of-memory backoff)."""
+
+    def running(self) -> int | None:
+        """Subjects running right now, if the backend can tell (None: it cannot); read from another thread."""
+        return None
 
     def describe(self) -> dict[str, Any]:
         """Facts for the run's provenance (backend name, workers, cluster...)."""

@@ -15,7 +15,7 @@ from habitrun.spec.policy import RunPolicy
 
 # Policy fields the engine applies itself; a change in these keeps the workers.
 ENGINE_ONLY_FIELDS = frozenset({
-    "on_subject_failure", "auto_retry_rounds", "resume", "retry_failed_subjects",
+    "on_subject_failure", "auto_retry_rounds", "auto_retry_on", "resume", "retry_failed_subjects",
     "force_rerun_subjects", "clear_checkpoint_on_success", "strict_checkpoint_hash",
     "checkpoint_dir",
 })

@@ -17,6 +17,10 @@ class StopFlag:
         self._read_fd, self._write_fd = os.pipe()
         os.set_blocking(self._read_fd, False)
         os.set_blocking(self._write_fd, False)
+        # A byte per set() (and per wake_watcher()), read by one watcher thread: the
+        # level-triggered pipe above says "stopped", this one says "asked again".
+        self._notice_r, self._notice_w = os.pipe()
+        os.set_blocking(self._notice_w, False)
         self.reason: str | None = None
         self.hard = False
         self.signum: int | None = None
@@ -28,10 +32,11 @@ class StopFlag:
             self.signum = signum
         if hard:
             self.hard = True
-        try:
-            os.write(self._write_fd, b"x")
-        except (BlockingIOError, OSError):
-            pass
+        for fd in (self._write_fd, self._notice_w):
+            try:
+                os.write(fd, b"x")
+            except (BlockingIOError, OSError):
+                pass
 
     def is_set(self) -> bool:
         return self.reason is not None
@@ -40,8 +45,22 @@ class StopFlag:
         """Readable when set: hand this to ``connection.wait`` or ``select``."""
         return self._read_fd
 
+    def wait_notice(self) -> None:
+        """Block until set() is called again (or :meth:`wake_watcher`); for one watcher thread."""
+        try:
+            os.read(self._notice_r, 64)
+        except OSError:
+            pass
+
+    def wake_watcher(self) -> None:
+        """Release a thread blocked in :meth:`wait_notice` (when the run ends)."""
+        try:
+            os.write(self._notice_w, b"q")
+        except (BlockingIOError, OSError):
+            pass
+
     def close(self) -> None:
-        for fd in (self._read_fd, self._write_fd):
+        for fd in (self._read_fd, self._write_fd, self._notice_r, self._notice_w):
             try:
                 os.close(fd)
             except OSError:

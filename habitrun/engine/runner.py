@@ -21,9 +21,11 @@ from habitrun.engine.backend import FailureKind, OperatorRef, SubjectOutcome, Su
 from habitrun.engine.backends import BackendPool
 from habitrun.engine.control import StopFlag
 from habitrun.engine.recorder import Recorder
-from habitrun.engine.signals import exit_code_for, stop_on_signals
+from habitrun.engine.selection import stages_for, unknown_ids
+from habitrun.engine.signals import exit_code_for, signal_name, stop_on_signals
+from habitrun.engine.stopnotice import StopNotices
 from habitrun.engine.tracing import done_event, failed_event, trace_row
-from habitrun.errors import EXIT_FAILED_SUBJECTS, EXIT_OK, StoreWriteError
+from habitrun.errors import EXIT_FAILED_SUBJECTS, EXIT_OK, StoreWriteError, WorkerStartError
 from habitrun.planner.plan import GROUP_SUBJECT, StagePlan, SubjectStatus, fingerprints, plan_stage
 from habitrun.spec.gcpause import gc_paused
 from habitrun.spec.loader import LoadedRecipe
@@ -49,6 +51,7 @@ class FailureLine:
     error: str
     kind: str | None
     log_path: str | None
+    recorded: bool = False  # stored by an earlier run and not retried in this one
 
 
 @dataclass
@@ -70,7 +73,7 @@ class StageCounts:
 class RunSummary:
     """The result of `run`/`resume`: outcome, exit code, counts and failures."""
 
-    run: RunFolder
+    run: RunFolder | None  # None: nothing to run, and no run folder was asked for
     outcome: str  # success | failed | interrupted
     exit_code: int
     stages: dict[str, StageCounts] = field(default_factory=dict)
@@ -78,6 +81,13 @@ class RunSummary:
     stop_reason: str | None = None
     warnings: list[str] = field(default_factory=list)
     results: dict[str, Any] = field(default_factory=dict)  # group stages' results (e.g. train metrics)
+    outputs: dict[str, str] = field(default_factory=dict)  # group stage -> its work folder
+    noop: bool = False  # every selected stage was already stored: nothing ran
+
+    @property
+    def recorded_failures(self) -> list[FailureLine]:
+        """Failures stored by an earlier run that this run did not retry."""
+        return [f for f in self.failures if f.recorded]
 
 
 def lock_path_for(store_dir: Path) -> Path:
@@ -94,9 +104,25 @@ def run_study(
     resumed_from: RunFolder | None = None,
     source_path: Path | None = None,
     install_signal_handlers: bool = True,
+    preflight: Callable[[], None] | None = None,
+    only_stage: str | None = None,
+    record_noop: bool = False,
+    rerun: Sequence[str] = (),
 ) -> RunSummary:
-    """Run (or resume) a study to the end, or until stopped; never raises for a subject's failure."""
+    """Run (or resume) a study to the end, or until stopped; never raises for a subject's failure.
+
+    ``preflight`` (the operator check the CLI started in a child process) is
+    waited for as late as possible: after planning, before the run folder is
+    written, so a bad operator stops the run before any subject and with no
+    run folder. A run with nothing to do does not wait for it: no operator
+    will be imported, and each one's code and params are part of the keys
+    that were found stored.
+    ``only_stage`` runs that stage and the stages it needs (transitively).
+    A run that finds nothing to do writes no run folder unless ``record_noop``.
+    """
     subjects = load_subjects(loaded)
+    selected = stages_for(loaded, only_stage)
+    unknown_ids(subjects, rerun)
     stop = stop or StopFlag()
     store_dir = loaded.store_dir()
     ensure_folder(loaded.run_root())
@@ -106,6 +132,12 @@ def run_study(
         try:
             runner = _StudyRunner(loaded, subjects, store, stop, list(argv), observer, resumed_from,
                                   source_path or loaded.path)
+            runner.selected = selected
+            runner.rerun_ids = frozenset(rerun)
+            if not runner.prepare() and not record_noop:
+                return runner.noop_summary()  # nothing will import an operator: no need to wait for the check
+            if preflight is not None:
+                preflight()  # before the run folder, and before the signal handlers: Ctrl-C here interrupts
             if install_signal_handlers:
                 with stop_on_signals(stop):
                     return runner.run()
@@ -147,6 +179,10 @@ class _StudyRunner:
         self.finished: dict[str, set[str]] = {}  # stage -> subjects with an outcome in this run
         self.retried: dict[str, set[str]] = {}  # stage -> subjects that succeeded after a failed attempt
         self.emit_lock = threading.Lock()  # events come from the runner and the recorder thread
+        self.selected: list[StageSpec] = loaded.recipe.ordered_stages()
+        self.rerun_ids: frozenset[str] = frozenset()  # --rerun of this command: rerun even within a resume chain
+        self.current_stage: StageSpec | None = None
+        self.current_backend: Any = None
         self.write_failure: tuple[Path, BaseException] | None = None  # the first folder that refused a write
 
     # ------------------------------------------------------------------ events
@@ -167,17 +203,20 @@ class _StudyRunner:
                     self.observer(event)
 
     # ------------------------------------------------------------------ run
-    def run(self) -> RunSummary:
+    def prepare(self) -> bool:
+        """Check the store's recipe and plan ahead; False when there is nothing to run."""
         warning = self.store.check_recipe(
             self.recipe.name, self.loaded.sha256, strict=self.recipe.policy.strict_checkpoint_hash
         )
         if warning:
             self.warnings.append(warning)
+        self.fingerprints = fingerprints(self.loaded)
         if self.resumed_from is not None:
             previous = self.resumed_from.read_provenance()
             self.chain = set(previous.get("run_chain", [])) | {self.resumed_from.run_id}
-        fps = fingerprints(self.loaded)
-        self.fingerprints = fps
+        return self.plan_ahead()
+
+    def run(self) -> RunSummary:
         provenance = collect_provenance(
             recipe_path=self.source_path,
             recipe_sha256=self.loaded.sha256,
@@ -205,31 +244,36 @@ class _StudyRunner:
         for warning in self.warnings:
             self.emit({"event": "warning", "message": warning})
         self.emit({"event": "run_started", "run_id": self.run.run_id, "recipe": str(self.loaded.path),
-                   "subjects": len(self.subjects), "stages": [s.name for s in self.recipe.ordered_stages()],
+                   "subjects": len(self.subjects), "stages": [s.name for s in self.selected],
                    "user": _user(), "resumed_from": provenance["resumed_from"]})
         started = time.monotonic()
         self.recorder = Recorder(self.store, self.emit_many,
                                  on_failure=lambda exc: self.cannot_write(self.store.directory, exc))
+        notices = StopNotices(self.stop, self.emit, self.stopping_facts)
+        error: WorkerStartError | None = None
         try:
-            for stage in self.recipe.ordered_stages():
+            for stage in self.selected:
                 if self.stop.is_set():
                     break
                 self.run_stage(stage)
+        except WorkerStartError as exc:  # run-level: recorded as the run's end, then reported (exit 2)
+            error = exc
         finally:
             hard = self.stop.hard
             try:
                 self.recorder.close()
             finally:
                 self.backends.close(graceful=not hard)
+        notices.close()
         if self.write_failure is not None:
             self.end_unwritable(started)
-        outcome, exit_code = self.outcome()
+        outcome, exit_code = ("error", error.exit_code) if error else self.outcome()
         if outcome == "success":
             self.clear_on_success()
         summary = {
             "stages": {name: c.as_dict() for name, c in self.counts.items()},
             "failed_subjects": len(self.failures),
-            "stop_reason": self.stop.reason,
+            "stop_reason": error.message if error else self.stop.reason,
             "duration_sec": round(time.monotonic() - started, 3),
             "backends": self.backends.described,
         }
@@ -241,8 +285,84 @@ class _StudyRunner:
             self.cannot_write(self.run.path, exc)
         if self.write_failure is not None:
             self.end_unwritable(started)
+        if error is not None:
+            raise error
         return RunSummary(self.run, outcome, exit_code, self.counts, self.failures, self.stop.reason,
-                          self.warnings, self.group_results)
+                          self.warnings, self.group_results, self.outputs())
+
+    def stopping_facts(self) -> dict[str, Any]:
+        stage = self.current_stage
+        backend = self.current_backend
+        facts: dict[str, Any] = {"signal": signal_name(self.stop.signum), "stage": stage.name if stage else None,
+                                 "kind": stage.kind if stage else None, "running": None, "grace_sec": 0.0,
+                                 "backend": backend.name if backend is not None else None}
+        if stage is not None:
+            policy = self.recipe.stage_policy(stage.name)
+            facts["grace_sec"] = policy.graceful_shutdown_sec
+            if stage.kind == "train":
+                facts["running"] = stage.launch.nproc_per_node if stage.launch else 1
+            elif backend is not None:
+                facts["running"] = backend.running()
+        return facts
+
+    def plan_ahead(self) -> bool:
+        """Plan stages in order until one has work; False when none has (a no-op run).
+
+        A stage is planned from the plans of the stages before it. As long as
+        those have nothing to run their statuses cannot change, so the plans
+        made here are the ones run_stage would make, and it reuses them.
+        """
+        for stage in self.selected:
+            plan = plan_stage(self.recipe, stage.name, self.subjects, self.plans, self.store,
+                              self.fingerprints[stage.name])
+            self.plans[stage.name] = plan
+            if self.really_to_run(plan):
+                return True
+        return False
+
+    def noop_summary(self) -> RunSummary:
+        """Nothing to run: the counts and the recorded failures, without a run folder."""
+        for stage in self.selected:
+            plan = self.plans[stage.name]
+            counts = StageCounts(total=len(plan.keys))
+            self.counts[stage.name] = counts
+            counts.cached = sum(1 for st in plan.status.values() if st == SubjectStatus.DONE)
+            counts.skipped = sum(1 for st in plan.status.values() if st == SubjectStatus.BLOCKED)
+            counts.failed = len(self.recorded_failures(stage.name, plan, set()))
+        outcome, exit_code = self.outcome()
+        return RunSummary(None, outcome, exit_code, self.counts, self.failures, None, self.warnings,
+                          self.stored_group_results(), self.outputs(), noop=True)
+
+    def stored_group_results(self) -> dict[str, Any]:
+        out = {}
+        for stage in self.selected:
+            plan = self.plans.get(stage.name)
+            if stage.kind != "map" and plan is not None and plan.status.get(GROUP_SUBJECT) == SubjectStatus.DONE:
+                key = plan.keys[GROUP_SUBJECT]
+                out[stage.name] = self.store.results([key]).get(key)
+        return out
+
+    def outputs(self) -> dict[str, str]:
+        """Each collect/train stage that is done -> the work folder its files are in."""
+        return {stage.name: str(work_dir(self.run_root, stage.name, GROUP_FILE_NAME))
+                for stage in self.selected
+                if stage.kind != "map" and stage.name in self.plans
+                and self.plans[stage.name].status.get(GROUP_SUBJECT) == SubjectStatus.DONE}
+
+    def recorded_failures(self, stage: str, plan: StagePlan, to_run: set[str]) -> list[FailureLine]:
+        """Failures an earlier run stored that this run does not retry; added to ``self.failures``."""
+        old = [sid for sid, st in plan.status.items() if st == SubjectStatus.FAILED and sid not in to_run]
+        if not old:
+            return []
+        states = self.store.states(plan.keys[sid] for sid in old)
+        lines = []
+        for sid in old:
+            state = states.get(plan.keys[sid])
+            lines.append(FailureLine(stage, sid, state.error or "failed" if state else "?",
+                                     state.kind if state else None, state.log_path if state else None,
+                                     recorded=True))
+        self.failures.extend(lines)
+        return lines
 
     # ------------------------------------------------------------------ a folder that cannot be written
     def cannot_write(self, folder: Path, exc: BaseException) -> None:
@@ -300,10 +420,13 @@ class _StudyRunner:
 
     # ------------------------------------------------------------------ stages
     def run_stage(self, stage: StageSpec) -> None:
+        self.current_stage, self.current_backend = stage, None
         policy = self.recipe.stage_policy(stage.name)
-        plan = plan_stage(self.recipe, stage.name, self.subjects, self.plans, self.store,
-                          self.fingerprints[stage.name])
-        self.plans[stage.name] = plan
+        plan = self.plans.get(stage.name)  # planned ahead while looking for work
+        if plan is None:
+            plan = plan_stage(self.recipe, stage.name, self.subjects, self.plans, self.store,
+                              self.fingerprints[stage.name])
+            self.plans[stage.name] = plan
         to_run = self.really_to_run(plan)
         counts = StageCounts(total=len(plan.keys))
         self.counts[stage.name] = counts
@@ -317,15 +440,7 @@ class _StudyRunner:
         self.emit({"event": "stage_started", "stage": stage.name, "kind": stage.kind,
                    "total": counts.total, "cached": counts.cached, "to_run": len(to_run),
                    "blocked": len(blocked), "recorded_failures": len(old_failures)})
-        if old_failures:
-            states = self.store.states(plan.keys[sid] for sid in old_failures)
-            for sid in old_failures:
-                state = states.get(plan.keys[sid])
-                counts.failed += 1
-                self.failures.append(FailureLine(stage.name, sid,
-                                                 f"recorded failure (not retried): {state.error if state else '?'}",
-                                                 state.kind if state else None,
-                                                 state.log_path if state else None))
+        counts.failed += len(self.recorded_failures(stage.name, plan, to_run_set))
         if blocked:
             counts.skipped = len(blocked)
             self.emit_many([{"event": "subject_skipped", "stage": stage.name, "subject": sid,
@@ -354,7 +469,8 @@ class _StudyRunner:
         keep = []
         for sid in to_run:
             state = states.get(plan.keys[sid])
-            if state is not None and state.ok and state.run_id in self.chain:
+            if state is not None and state.ok and state.run_id in self.chain and not (
+                    sid in self.rerun_ids and plan.status[sid] is SubjectStatus.FORCED):  # --rerun asks again
                 plan.status[sid] = SubjectStatus.DONE
                 continue
             keep.append(sid)
@@ -366,7 +482,8 @@ class _StudyRunner:
         op = OperatorRef(stage=stage.name, path=stage.operator or "", params=dict(stage.params),
                          kind="collect" if stage.kind == "collect" else "map",
                          search_path=self.loaded.search_path)
-        backend = self.backends.for_policy(policy)
+        backend = self.current_backend = self.backends.for_policy(policy)
+        backend.scratch_dir = str(self.run.path / "scratch")  # subject output never leaves the run folder
         with gc_paused():  # tens of thousands of tasks, no cycles: the collector would only walk them
             tasks = self.build_tasks(stage, plan, to_run)
         rounds = policy.auto_retry_rounds
@@ -395,7 +512,9 @@ class _StudyRunner:
                     trace.append(row)
                     events.append(done_event(stage.name, row))
                     continue
-                final = task.attempt > rounds or fail_fast or self.stop.is_set()
+                # Once a stop is asked for, a failure with attempts left is not run (a resume
+                # runs it), never a recorded failure: its last chance was taken by the stop.
+                final = task.attempt > rounds or fail_fast or not policy.retries(outcome.kind)
                 row = trace_row(run_id, stage.name, outcome, "failed" if final else "retried", queued_at, now)
                 trace.append(row)
                 events.append(failed_event(stage.name, row, final))

@@ -39,7 +39,7 @@ class SerialBackend(Backend):
         for task in tasks:
             if stop.is_set():
                 return
-            report([execute(bound, task, capture="python")])
+            report([execute(bound, task, capture="python", log_max_bytes=int(self.policy.log_max_mb * (1 << 20)))])
 
     def close(self, graceful: bool = True) -> None:
         self._bound = None

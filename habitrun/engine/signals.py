@@ -23,6 +23,16 @@ def exit_code_for(signum: int | None) -> int:
     return 128 + int(signum)
 
 
+def signal_name(signum: int | None) -> str | None:
+    """``SIGINT`` for 2; None for None."""
+    if signum is None:
+        return None
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
 @contextlib.contextmanager
 def stop_on_signals(stop: StopFlag) -> Iterator[StopFlag]:
     """Install the handlers for the duration (main thread only; elsewhere a no-op)."""

@@ -390,10 +390,10 @@ class ProcessContext:
         live = self._live()
         for rank in live:
             self._results[rank].stopped = True
-            signal_group(self._handles[rank].pid, death_sig)
+            signal_group(self._handles[rank].pid, death_sig, self._handles[rank].pidfd)
         for rank, res in self._results.items():
             if res.exitcode is not None and rank in self._handles:
-                signal_group(self._handles[rank].pid, signal.SIGKILL)  # its leftover children
+                signal_group(self._handles[rank].pid, signal.SIGKILL, self._handles[rank].pidfd)  # its leftover children
         deadline = time.monotonic() + max(timeout, 0)
         while self._live():
             left = deadline - time.monotonic()
@@ -409,7 +409,7 @@ class ProcessContext:
                     break
             self._reap()
         for rank in self._handles:
-            signal_group(self._handles[rank].pid, signal.SIGKILL)
+            signal_group(self._handles[rank].pid, signal.SIGKILL, self._handles[rank].pidfd)
         while self._live():
             mpc.wait([self._handles[r].wait_fd() for r in self._live()], 1.0)
             self._reap()

@@ -1,22 +1,85 @@
-"""Signalling a rank's process group and draining wake fds: small helpers of the process context."""
+"""Signalling a child's process group without ever hitting a recycled PID, and draining wake fds.
+
+A process group has no handle of its own: ``killpg(pid)`` names it by the
+leader's number. That number stays ours while the leader is unreaped (alive
+or a zombie) or while any member of its group lives; once the leader is
+reaped and its group is empty the kernel may hand the number to a new
+process, whose own group ``killpg`` would then hit. So a group is signalled
+only while a pidfd (which can never refer to another process) shows the
+leader unreaped, or, once it is reaped, only while no process holds its
+number (then only members of the old group can still carry that group id).
+"""
 
 from __future__ import annotations
 
 import multiprocessing.connection as mpc
 import os
+import signal
 
 
-def signal_group(pid: int, sig: int) -> None:
-    """Signal the rank's process group; before the rank has made its group, the rank alone."""
+def open_pidfd(pid: int) -> int | None:
+    """A pidfd for ``pid`` (Linux 5.3+), or None where the system has none or it is already gone."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def unreaped(pidfd: int) -> bool:
+    """True while the process behind ``pidfd`` runs or is a zombie (its PID cannot be reused)."""
+    try:
+        signal.pidfd_send_signal(pidfd, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except (AttributeError, OSError):
+        return False
+
+
+def pid_in_use(pid: int) -> bool:
+    """Some process (or thread) holds this number now."""
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def signal_group(pid: int, sig: int, pidfd: int | None = None) -> bool:
+    """Signal the group led by ``pid`` (the child and everything it started); True if sent.
+
+    With a ``pidfd`` the group is signalled while the leader is unreaped; once
+    reaped, only while its PID is unused (members of the old group may still
+    carry the id, no new process can). Before the child has made its own group
+    (``killpg`` finds none) the child alone is signalled, through the pidfd.
+    Without a pidfd the caller must know the child unreaped (e.g. its Popen not
+    yet polled to an exit).
+    """
+    if pidfd is not None and not unreaped(pidfd):
+        if pid_in_use(pid):
+            return False  # recycled: never ours to signal
+        try:
+            os.killpg(pid, sig)
+            return True
+        except OSError:
+            return False
     try:
         os.killpg(pid, sig)
-        return
-    except (ProcessLookupError, PermissionError):
+        return True
+    except ProcessLookupError:
         pass
+    except PermissionError:
+        return False
     try:
-        os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
+        if pidfd is not None:
+            signal.pidfd_send_signal(pidfd, sig)
+        else:
+            os.kill(pid, sig)
+        return True
+    except OSError:
+        return False
 
 
 def drain(fd: int) -> bool:

@@ -4,8 +4,10 @@ PR_SET_PDEATHSIG kills a rank when the launcher dies, but not the rank's own
 children (data loader workers, a shell's program). The watchdog holds the read
 end of a pipe; the launcher writes ``+pgid`` / ``-pgid`` lines as groups start
 and end. End-of-file without a closing ``bye`` means the launcher is gone:
-SIGKILL to every group still registered. It runs in its own session, so a
-terminal's Ctrl-C reaches habitrun, never the watchdog.
+SIGKILL to every group still registered, through the same guard as
+``signalling.signal_group`` (a pidfd taken when the group was registered), so
+a rank reaped long ago whose PID was recycled is never hit. It runs in its own
+session, so a terminal's Ctrl-C reaches habitrun, never the watchdog.
 """
 
 from __future__ import annotations
@@ -17,19 +19,45 @@ from habitrun.errors import LaunchError
 
 _CODE = """
 import os, signal, sys
-groups = set()
+groups = {}
 clean = False
+
+def pidfd(pid):
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+def unreaped(fd):
+    try:
+        signal.pidfd_send_signal(fd, 0)
+        return True
+    except (AttributeError, OSError):
+        return False
+
+def in_use(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+
 for line in sys.stdin:
     line = line.strip()
     if line == "bye":
         clean = True
         break
     if line[:1] == "+":
-        groups.add(int(line[1:]))
+        groups[int(line[1:])] = pidfd(int(line[1:]))  # taken while the leader is alive
     elif line[:1] == "-":
-        groups.discard(int(line[1:]))
+        groups.pop(int(line[1:]), None)
 if not clean:
-    for pgid in groups:
+    for pgid, fd in groups.items():
+        # never a recycled PID's group: the leader unreaped, or its number unused by any process
+        if fd is not None and not unreaped(fd) and in_use(pgid):
+            continue
         try:
             os.killpg(pgid, signal.SIGKILL)
         except OSError:

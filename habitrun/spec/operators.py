@@ -47,6 +47,24 @@ def importable(search_path: Sequence[str]):
                 pass
 
 
+def import_error_text(exc: BaseException) -> str:
+    """``SyntaxError: ... at /study/ops.py:3:9`` / ``ValueError: x (at /study/ops.py:5)``: what and where.
+
+    A SyntaxError's own text names only the file's base name; the user needs
+    the full path and line, and for any other exception the line of their
+    module that raised it (the innermost frame of the traceback).
+    """
+    if isinstance(exc, SyntaxError) and exc.filename:
+        col = f":{exc.offset}" if exc.offset else ""
+        return f"{type(exc).__name__}: {exc.msg} at {exc.filename}:{exc.lineno}{col}"
+    last = traceback.format_exception_only(type(exc), exc)[-1].strip()
+    frames = traceback.extract_tb(exc.__traceback__)
+    user = [f for f in frames if "importlib" not in f.filename]
+    if user:
+        return f"{last} (at {user[-1].filename}:{user[-1].lineno})"
+    return last
+
+
 def resolve_operator(path: str, search_path: Sequence[str] = (), *, stage: str | None = None) -> Any:
     """Import and return the object at ``path``; every failure is a RecipeError naming the stage."""
     where = f"stage {stage!r}: " if stage else ""
@@ -64,8 +82,7 @@ def resolve_operator(path: str, search_path: Sequence[str] = (), *, stage: str |
                 f"{where}operator {path!r}: importing {module_name!r} failed: {exc}"
             ) from None
         except Exception as exc:  # noqa: BLE001 - the user's import-time code
-            last = traceback.format_exception_only(type(exc), exc)[-1].strip()
-            raise RecipeError(f"{where}operator {path!r}: importing {module_name!r} raised {last}") from None
+            raise RecipeError(f"{where}operator {path!r}: importing {module_name!r} raised {import_error_text(exc)}") from None
     obj: Any = module
     for part in attr.split("."):
         try:

@@ -13,9 +13,9 @@ those together with ``serial`` is rejected rather than run without them.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
 from habitrun.spec.located import LocatedError
 
@@ -23,12 +23,38 @@ Backend = Literal["serial", "process", "dask"]
 ParallelMode = Literal["persistent", "isolated"]
 FailureMode = Literal["continue", "fail_fast"]
 StartMethod = Literal["forkserver", "spawn", "fork"]
+RetryKind = Literal["worker_died", "oom", "timeout", "exception"]
+RETRY_KINDS: tuple[str, ...] = ("worker_died", "oom", "timeout", "exception")
+DEFAULT_RETRY_ON: tuple[str, ...] = ("worker_died", "oom")
+"""Retried by default: what is likely transient. A worker killed from outside or
+run out of memory (often because of what ran beside it; OOM backoff also runs
+fewer at once) may well succeed again. An exception or a timeout of the same
+code on the same input will almost always repeat, and a retried timeout costs
+the whole budget again (900 s by default, per round)."""
+
+# Failure kinds recorded by the backends, grouped under the names auto_retry_on takes.
+RETRY_GROUP = {
+    "worker_died": "worker_died", "oom": "oom",
+    "timeout": "timeout", "spawn_timeout": "timeout",
+    "exception": "exception", "no_report": "exception", "unpicklable": "exception",
+}
 
 MAX_WAIT_SEC = 2_073_600
 """Upper bound (24 days) of every *_sec field that reaches a wait. The workers
 are waited on with poll(), whose timeout is a 32-bit count of milliseconds:
 past 2,147,483 s (24.8 days; so not 30 days) it raises OverflowError, and only
 once the run is under way. A longer budget is better written as null."""
+
+
+_RETRY_ON_SCHEMA = {"anyOf": [
+    {"const": "all"},
+    {"type": "array", "items": {"enum": list(RETRY_KINDS)}, "uniqueItems": True},
+]}
+
+
+def expand_retry_kinds(value: Any) -> Any:
+    """``auto_retry_on: all`` is every kind (HABIT's behaviour: every failure is retried)."""
+    return RETRY_KINDS if value == "all" else value
 
 
 class TLSSettings(BaseModel):
@@ -135,6 +161,7 @@ class RunPolicy(BaseModel):
     checkpoint_dir: str | None = Field(default=None, description="Checkpoint store folder; null: `.habitrun/` beside the recipe.")
     parallel_mode: ParallelMode = Field(default="persistent", description="persistent: long-lived workers; isolated: a fresh process per subject.")
     auto_retry_rounds: int = Field(default=2, ge=0, description="Extra rounds for subjects that failed, within one run.")
+    auto_retry_on: Annotated[tuple[RetryKind, ...], WithJsonSchema(_RETRY_ON_SCHEMA)] = Field(default=DEFAULT_RETRY_ON, description="Failure kinds the retry rounds retry: worker_died, oom, timeout, exception, or 'all'. Default: the transient ones (worker_died, oom).")
     retry_failed_subjects: bool = Field(default=False, description="Rerun subjects whose failure is recorded in the store.")
     force_rerun_subjects: tuple[str, ...] = Field(default=(), description="Subject ids to rerun even when stored as done.")
     clear_checkpoint_on_success: bool = Field(default=False, description="Delete the stage's stored results once every subject succeeded.")
@@ -143,6 +170,7 @@ class RunPolicy(BaseModel):
     persistent_worker_recycle_after_tasks: int = Field(default=0, ge=0, description="Replace a persistent worker after this many subjects (0: never).")
     worker_threads: int = Field(default=1, ge=1, description="BLAS/OpenMP threads per worker (OMP_NUM_THREADS and friends).")
     worker_memory_limit_mb: int | None = Field(default=None, gt=0, description="Resident memory per worker (with its children) past which it is stopped as out of memory.")
+    log_max_mb: float = Field(default=10.0, gt=0, le=1_000_000, description="A subject's log keeps at most this much of what it printed: the head and the tail, with a line saying how much was cut.")
     start_method: StartMethod = Field(default="forkserver", description="How worker processes start: forkserver (operator module preloaded), spawn, or fork.")
     dask: DaskSettings | None = Field(default=None, description="Dask cluster settings (backend: dask only).")
     report: bool = Field(default=False, description="Write report.html (habitrun report) into the run folder at the end of every run.")
@@ -158,6 +186,15 @@ class RunPolicy(BaseModel):
                     raise ValueError(f"subject ids must be strings, got {item!r}")
             return tuple(str(item) for item in value)
         return value
+
+    @field_validator("auto_retry_on", mode="before")
+    @classmethod
+    def _all_kinds(cls, value: Any) -> Any:
+        return expand_retry_kinds(value)
+
+    def retries(self, kind: str | None) -> bool:
+        """Do retry rounds rerun a subject that failed with this recorded kind?"""
+        return RETRY_GROUP.get(kind or "", "exception") in self.auto_retry_on
 
     @model_validator(mode="after")
     def _combinations_that_make_sense(self) -> RunPolicy:

@@ -20,7 +20,7 @@ from pydantic import (
 )
 
 from habitrun.spec.located import LocatedError
-from habitrun.spec.policy import MAX_WAIT_SEC, RunPolicy
+from habitrun.spec.policy import MAX_WAIT_SEC, RunPolicy, expand_retry_kinds
 
 RECIPE_VERSION = 1
 STAGE_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
@@ -49,6 +49,7 @@ PolicyOverride = create_model(  # type: ignore[call-overload]
     "PolicyOverride",
     __config__=ConfigDict(frozen=True, extra="forbid"),
     __doc__="A stage's partial RunPolicy: the fields it sets replace the recipe's.",
+    __validators__={"_all_kinds": field_validator("auto_retry_on", mode="before")(expand_retry_kinds)},
     **_optional_policy_fields(),
 )
 

@@ -33,6 +33,7 @@ def make_study(folder: Path, fail_times: dict[str, int]) -> Path:
     recipe = {
         "habitrun": 1, "name": "clear", "subjects": {"manifest": "subjects.csv"},
         "policy": {"backend": "process", "workers": 2, "subject_timeout_sec": 60, "auto_retry_rounds": 1,
+                   "auto_retry_on": "all",  # the failures here are exceptions, retried only when asked
                    "clear_checkpoint_on_success": True},
         "stages": [{"name": "flaky", "operator": "ops:flaky",
                     "params": {"attempts_dir": str(folder / "attempts"), "fail_times": fail_times}}],

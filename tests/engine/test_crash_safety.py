@@ -207,7 +207,8 @@ def test_fail_fast_stops_at_the_first_failure_and_exits_1_naming_it(tmp_path: Pa
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_failures_are_isolated_retried_and_downstream_skipped(tmp_path: Path, backend: str) -> None:
-    recipe = make_study(tmp_path / "study", subjects=6, policy={**backend_policy(backend), "auto_retry_rounds": 1},
+    recipe = make_study(tmp_path / "study", subjects=6, policy={**backend_policy(backend), "auto_retry_rounds": 1,
+                                                          "auto_retry_on": "all"},
                         square_params={"fail": ["S001"]})
     result = run_cli("run", str(recipe))
     assert result.returncode == 1, result.stdout + result.stderr
@@ -216,7 +217,7 @@ def test_failures_are_isolated_retried_and_downstream_skipped(tmp_path: Path, ba
     assert "plus_one-S001" not in markers(recipe.parent), "a subject whose upstream failed must be skipped"
     assert all(f"plus_one-S00{i}" in markers(recipe.parent) for i in (0, 2, 3, 4, 5))
     status = run_cli("status", str(recipe))
-    assert status.returncode == 0, status.stdout + status.stderr
+    assert status.returncode == 1, status.stdout + status.stderr  # the last run failed
     assert "S001" in status.stdout and "broken on purpose" in status.stdout
     # nothing changed: a second run reruns nothing and still reports the failure
     again = run_cli("run", str(recipe), "--quiet")

@@ -52,11 +52,12 @@ def test_a_hold_of_zero_sends_at_once_and_a_vanished_reader_is_not_an_error():
 
 def test_a_beacon_reading_is_what_was_written():
     beacon = Beacon()
-    assert beacon.read() == (0, False, 0.0)
+    assert beacon.read() == (0, False, 0.0, 0)
     before = time.monotonic()
-    beacon.took(3, running=True)
+    beacon.took(3, running=True, output_from=12345)
     reading = beacon.read()
     assert reading.taken == 3 and reading.running and before <= reading.started_at <= time.monotonic()
+    assert reading.output_from == 12345
     beacon.ended()
     assert beacon.read()[:2] == (3, False)
 

@@ -24,6 +24,7 @@ DESIGN_DEFAULTS = {
     "checkpoint_dir": None,
     "parallel_mode": "persistent",
     "auto_retry_rounds": 2,
+    "auto_retry_on": ("worker_died", "oom"),
     "retry_failed_subjects": False,
     "force_rerun_subjects": (),
     "clear_checkpoint_on_success": False,

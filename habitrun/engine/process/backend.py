@@ -27,15 +27,27 @@ never run the previous stage's operator.
 Shutdown on a stop request: stop dispatching at once; when not ``hard``,
 running subjects get ``graceful_shutdown_sec`` to finish (and are reported),
 then the rest get SIGTERM and, one second later, SIGKILL (the grace was
-already given). A ``hard`` stop SIGKILLs the running subjects at once.
+already given). A ``hard`` stop SIGKILLs the running subjects at once. Once a
+stop is requested, no worker's death and no failed start is charged to a
+subject: those subjects are simply not run (a resume runs them).
+
+Outcomes are reported (and so committed) before anything slow is started:
+booting a fork server takes most of a second, which a finished subject must
+not wait for.
+
+A worker that cannot be started is never a subject's failure: with other
+workers alive the stage goes on with fewer; with none, the stage ends with a
+run-level :class:`~habitrun.errors.WorkerStartError` naming the cause.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import select
 import selectors
 import signal
+import tempfile
 import threading
 import time
 from collections import deque
@@ -52,7 +64,7 @@ from habitrun.engine.backend import (
     SubjectTask,
 )
 from habitrun.engine.control import StopFlag
-from habitrun.engine.invoke import one_line
+from habitrun.engine.invoke import log_header, one_line, read_capped
 from habitrun.engine.process import protocol as P
 from habitrun.engine.process.beacon import Beacon
 from habitrun.engine.process.death import classify_exit
@@ -61,6 +73,7 @@ from habitrun.engine.process.launch import Launcher
 from habitrun.engine.process.memory import MemoryWatchdog, kernel_oom_note
 from habitrun.engine.process.slots import Worker, signal_group
 from habitrun.engine.process.worker import WorkerConfig
+from habitrun.errors import WorkerStartError
 from habitrun.spec.operators import split_import_path
 from habitrun.spec.policy import RunPolicy
 
@@ -69,6 +82,17 @@ TARGET_QUEUED_SEC = 0.06  # work queued ahead per worker when subjects are short
 REPLY_HOLD_SEC = 0.04  # a worker holds a success at most this long to send it with the next ones
 MAX_DEPTH = 64  # runs a worker holds at most (running + queued)
 PER_SUBJECT_COST_SEC = 50e-6  # a worker's own cost per subject, on top of the operator's
+SPAWN_RETRY_SEC = 1.0  # after a failed start (other workers alive), try another start no sooner
+
+
+def _unpicklable_param(op: OperatorRef) -> str:
+    """Which of the operator's params cannot be pickled, in words (the first one found)."""
+    for name, value in op.params.items():
+        try:
+            P.dumps((value,))
+        except BaseException as exc:  # noqa: BLE001 - whatever pickling raises names the problem
+            return f"parameter {name!r} of stage {op.stage!r} cannot be sent to a worker: {one_line(exc)}"
+    return f"the operator of stage {op.stage!r} cannot be sent to a worker"
 
 
 def _ignore_sigpipe() -> None:
@@ -95,6 +119,7 @@ class ProcessBackend(Backend):
         self._sel = selectors.DefaultSelector()  # every live worker's pipe and sentinel
         self._oom_events = 0
         self._closed = False
+        self._scratch_ids = itertools.count()
         _ignore_sigpipe()
         self.started_pids: list[int] = []  # every worker pid ever started (tests, provenance)
 
@@ -128,6 +153,10 @@ class ProcessBackend(Backend):
             return
         _StageRun(self, op, tasks, report, stop).run()
 
+    def running(self) -> int:
+        """Workers with a subject in hand (pipelined ones wait behind it and are not counted)."""
+        return sum(1 for w in list(self._workers) if not w.dead and w.outstanding)
+
     # ------------------------------------------------------------ workers
     def _live(self) -> list[Worker]:
         return [w for w in self._workers if not w.dead]
@@ -145,19 +174,57 @@ class ProcessBackend(Backend):
             max_tasks=1 if self._isolated else 0,
             max_consecutive_failures=0 if self._isolated else self.policy.persistent_worker_max_consecutive_failures,
             reply_hold_sec=0.0 if self._isolated else REPLY_HOLD_SEC,
+            scratch_path=os.path.join(self.scratch_dir or tempfile.gettempdir(),
+                                      f"habitrun-worker-{os.getpid()}-{next(self._scratch_ids)}.out"),
+            log_max_bytes=self._log_max_bytes(),
         )
         close_fds = [w.conn.fileno() for w in self._workers if w.conn_open]
         beacon = Beacon()
         proc, conn = self._launcher.start(config, module, op.search_path, close_fds, beacon)
         worker = Worker(slot, proc, conn, self._watchdog.watch(proc.pid), now, beacon)
+        worker.scratch_path = config.scratch_path
         self._workers.append(worker)
         self._sel.register(worker.fd, selectors.EVENT_READ, (worker, True))
         self._sel.register(proc.sentinel, selectors.EVENT_READ, (worker, False))
         self.started_pids.append(worker.pid)
         return worker
 
+    def _log_max_bytes(self) -> int:
+        return int(self.policy.log_max_mb * (1 << 20))
+
+    def _write_death_log(self, worker: Worker) -> None:
+        """The subject a dead or timed-out worker was running: what it printed, then what happened."""
+        if worker.log_owed is None:
+            return
+        task, start, what = worker.log_owed
+        worker.log_owed = None
+        output = b""
+        if start >= 0 and worker.scratch_path:
+            try:
+                fd = os.open(worker.scratch_path, os.O_RDONLY)
+                try:
+                    output = read_capped(fd, start, os.fstat(fd).st_size, self._log_max_bytes())
+                finally:
+                    os.close(fd)
+            except OSError:
+                output = b""
+        code = worker.proc.exitcode
+        ended = classify_exit(code).message if code is not None else "worker did not end"
+        memory = f"; its memory last seen at {worker.watched.last_rss_mb:.0f} MB" if worker.watched.last_rss_mb else ""
+        if output and not output.endswith(b"\n"):
+            output += b"\n"
+        line = f"--- habitrun: {what} (pid {worker.pid}: {ended}{memory}) ---\n"
+        try:
+            os.makedirs(os.path.dirname(task.log_path), exist_ok=True)
+            with open(task.log_path, "ab") as log:
+                log.write(log_header(task, worker.pid) + output + line.encode())
+        except OSError:
+            pass  # a log that cannot be written changes nothing about the outcome
+
     def _watchdog_kill(self, pid: int) -> None:
-        signal_group(pid, signal.SIGKILL)
+        for w in list(self._workers):  # the watchdog's thread: a snapshot of the list
+            if w.pid == pid and not w.dead:
+                signal_group(w, signal.SIGKILL)
 
     def _note_oom(self) -> None:
         self._oom_events += 1
@@ -179,7 +246,8 @@ class ProcessBackend(Backend):
     def _bury(self, worker: Worker) -> None:
         """The worker is gone: kill what it left in its group, release everything of it."""
         worker.dead = True
-        signal_group(worker.pid, signal.SIGKILL, may_be_leader_only=False)
+        signal_group(worker, signal.SIGKILL)  # through its pidfd: never a recycled PID's group
+        worker.close_pidfd()
         self._watchdog.forget(worker.pid)
         self._close_conn(worker)
         self._forget_fd(worker.proc.sentinel)
@@ -188,6 +256,12 @@ class ProcessBackend(Backend):
         except OSError:
             pass
         worker.proc.join(timeout=1.0)
+        self._write_death_log(worker)
+        if worker.scratch_path:
+            try:
+                os.unlink(worker.scratch_path)
+            except OSError:
+                pass
         self._workers.remove(worker)
 
     def _reap_finished(self) -> None:
@@ -234,6 +308,11 @@ class ProcessBackend(Backend):
         self._sel.close()
         self._watchdog.close()
         self._launcher.close()
+        if self.scratch_dir:
+            try:
+                os.rmdir(self.scratch_dir)  # only when empty: a SIGKILLed run's leftovers stay to be seen
+            except OSError:
+                pass
 
 
 class _StageRun:
@@ -254,6 +333,8 @@ class _StageRun:
         self.hard_done = False
         self.grace_until: float | None = None
         self.start_fail_streak = 0
+        self.spawn_after = 0.0  # no start attempt before this (after a failed one)
+        self.bind_data: bytes | None = None
         recycle = self.policy.persistent_worker_recycle_after_tasks
         self.recycle = 0 if backend._isolated else recycle
         self.depth = 1 if backend._isolated else 2
@@ -308,6 +389,12 @@ class _StageRun:
 
     # -------------------------------------------------------------- loop
     def run(self) -> None:
+        try:
+            self.bind_data = P.dumps((P.BIND, self.op))
+        except BaseException:  # noqa: BLE001 - fail the stage's tasks before any process starts
+            self.fail_queue(_unpicklable_param(self.op), FailureKind.UNPICKLABLE)
+            self.flush()
+            return
         self.b._reap_finished()
         stop_fd = self.stop.fileno()
         self.b._sel.register(stop_fd, selectors.EVENT_READ, None)
@@ -322,16 +409,26 @@ class _StageRun:
             self.check_stop(now)
             if not self.stopping:
                 self.shrink_to_effective()
-                self.spawn_as_needed(now)
+                self.fill(now)  # keep the running workers busy first
+            # Report (and so commit) what finished before starting anything: a start may be slow.
+            if self.flush():
+                continue
+            if not self.stopping and self.spawn_as_needed(now):
                 self.fill(now)
-            if self.batch:
-                batch, self.batch = self.batch, []
-                self.report(batch)
-                if self.stop.is_set() and (not self.stopping or (self.stop.hard and not self.hard_done)):
-                    continue  # the report asked to stop (fail_fast): act on it before waiting
+                if self.flush():
+                    continue
             if self.done():
                 return
             self.wait_and_handle()
+
+    def flush(self) -> bool:
+        """Report the outcomes gathered so far; True when the report asked to stop (fail_fast)."""
+        if not self.batch:
+            return False
+        batch, self.batch = self.batch, []
+        self.report(batch)
+        # the report asked to stop: act on it before waiting
+        return self.stop.is_set() and (not self.stopping or (self.stop.hard and not self.hard_done))
 
     def done(self) -> bool:
         live = self.b._live()
@@ -350,8 +447,8 @@ class _StageRun:
             self.queue.clear()
             if not self.stop.hard:
                 self.grace_until = now + self.policy.graceful_shutdown_sec
-                for w in self.b._live():
-                    if (w.outstanding or w.binding) and w.can_send and not w.leaving:
+                for w in self.b._live():  # idle ones too: a stop ends the run, nothing more will come
+                    if w.can_send and not w.leaving:
                         self.send(w, (P.RETIRE,))
                         w.leaving = True
         if self.stop.hard and not self.hard_done:
@@ -379,26 +476,36 @@ class _StageRun:
             return False
         return True
 
-    def spawn_as_needed(self, now: float) -> None:
+    def spawn_as_needed(self, now: float) -> bool:
+        """Start workers while there is work for them; True if any started."""
+        started = False
         active = self.b._active()
         spare = sum(self.depth - len(w.outstanding) for w in active if self.can_take(w))
-        while self.queue and len(active) < self.b._effective and len(self.queue) > spare:
+        while self.queue and len(active) < self.b._effective and len(self.queue) > spare \
+                and now >= self.spawn_after:
             try:
                 w = self.b._spawn(self.op, self.module, now)
-            except Exception as exc:  # noqa: BLE001 - a start failure fails one subject, not the run
-                self.finish(None, self.queue.popleft(), False, kind=FailureKind.WORKER_DIED,
-                            error=f"cannot start a worker process: {one_line(exc)}")
-                continue
+            except Exception as exc:  # noqa: BLE001 - a failed start is never a subject's failure
+                if self.stop.is_set():
+                    return started  # the stop may have caused it; nothing more starts anyway
+                if not self.b._live():
+                    raise WorkerStartError(
+                        f"cannot start a worker process for stage {self.op.stage!r}: {one_line(exc)}; "
+                        "no subject was run or recorded as failed") from exc
+                self.spawn_after = time.monotonic() + SPAWN_RETRY_SEC  # go on with the workers there are
+                return started
             self.bind(w, now)
             active.append(w)
             spare += self.depth
+            started = True
+        return started
 
     def bind(self, w: Worker, now: float) -> None:
         w.op = self.op
         w.binding = True
         timeout = self.policy.subject_spawn_timeout_sec
         w.bind_deadline = now + timeout if timeout is not None else None
-        self.send(w, (P.BIND, self.op))
+        self.send_bytes(w, self.bind_data or P.dumps((P.BIND, self.op)))
 
     def fill(self, now: float) -> None:
         self.learn()
@@ -462,6 +569,8 @@ class _StageRun:
         times: list[float] = []
         if self.grace_until is not None:
             times.append(self.grace_until)
+        if self.queue and self.spawn_after and not self.stopping:
+            times.append(self.spawn_after)  # try another start then, even with no worker left to wake us
         for w in self.b._live():
             if w.kill_at is not None:
                 times.append(w.kill_at)
@@ -579,6 +688,8 @@ class _StageRun:
         ended, running, started_at = w.progress()
         lost = [w.outstanding.popleft() for _ in range(ended)]  # ran, but the replies died with it
         self.requeue(lost)
+        if w.outstanding and self.stop.is_set():
+            self.give_back(w)  # a death once a stop is asked for is the stop's doing: not run
         if w.outstanding:
             # The one it was running; when it ran none, the next (so a worker that keeps
             # dying between subjects still uses them up).
@@ -593,6 +704,10 @@ class _StageRun:
             else:
                 death_msg = death.message
             self.finish(w, task, False, kind=death.kind, error=death_msg, duration=now - since)
+            # its output: from the beacon's mark; a first bind's from the start; otherwise unknown
+            first_bind = w.binding and w.replies == 0
+            w.log_owed = (task, w.beacon.read().output_from if running is not None else (0 if first_bind else -1),
+                          death_msg)
             self.give_back(w)
         self.b._bury(w)
 
@@ -615,6 +730,8 @@ class _StageRun:
                 task = w.outstanding.popleft()
                 self.finish(w, task, False, kind=FailureKind.TIMEOUT, duration=now - started_at,
                             error=f"subject exceeded its subject_timeout_sec of {timeout:g} s")
+                w.log_owed = (task, w.beacon.read().output_from,
+                              f"timed out after {now - started_at:.1f} s (subject_timeout_sec {timeout:g}); stopped")
                 self.give_back(w)
                 w.terminate(now, self.policy.graceful_shutdown_sec)
         if self.grace_until is not None and now >= self.grace_until:
@@ -628,8 +745,9 @@ class _StageRun:
         error = (f"worker did not start and bind operator {self.op.path!r} within "
                  f"subject_spawn_timeout_sec of {budget:g} s")
         if w.outstanding:
-            self.finish(w, w.outstanding.popleft(), False, kind=FailureKind.SPAWN_TIMEOUT,
-                        error=error, duration=now - w.head_since)
+            task = w.outstanding.popleft()
+            self.finish(w, task, False, kind=FailureKind.SPAWN_TIMEOUT, error=error, duration=now - w.head_since)
+            w.log_owed = (task, 0 if w.replies == 0 else -1, error)
         self.give_back(w)
         w.terminate(now, self.policy.graceful_shutdown_sec)
         self.start_fail_streak += 1

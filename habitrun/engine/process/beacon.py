@@ -14,27 +14,29 @@ import time
 from multiprocessing.sharedctypes import RawArray
 from typing import Any, NamedTuple
 
-_TAKEN, _RUNNING, _STARTED_AT = 0, 1, 2
+_TAKEN, _RUNNING, _STARTED_AT, _OUTPUT_FROM = 0, 1, 2, 3
 
 
 class BeaconReading(NamedTuple):
     taken: int  # runs the worker has taken from its queue (each gets exactly one reply)
     running: bool  # the last one taken is executing now
     started_at: float  # time.monotonic() when it started (the clock is the machine's, shared)
+    output_from: int = 0  # where its output starts in the worker's scratch file
 
 
 class Beacon:
-    """Three doubles in shared memory, written by one worker, read by the runner."""
+    """Four doubles in shared memory, written by one worker, read by the runner."""
 
     def __init__(self, array: Any = None) -> None:
-        self.array = RawArray("d", 3) if array is None else array
+        self.array = RawArray("d", 4) if array is None else array
 
     # ------------------------------------------------------------------ worker side
-    def took(self, taken: int, running: bool) -> None:
+    def took(self, taken: int, running: bool, output_from: int = 0) -> None:
         """The worker took its ``taken``-th run; ``running``: it executes it now."""
         a = self.array
         if running:
             a[_STARTED_AT] = time.monotonic()  # before the count: a reader never sees a new count with an old time
+            a[_OUTPUT_FROM] = output_from
         a[_TAKEN] = taken
         a[_RUNNING] = 1.0 if running else 0.0
 
@@ -48,5 +50,6 @@ class Beacon:
             taken = a[_TAKEN]
             running = a[_RUNNING]
             started_at = a[_STARTED_AT]
+            output_from = a[_OUTPUT_FROM]
             if a[_TAKEN] == taken:  # the worker did not move on while we read
-                return BeaconReading(int(taken), running != 0.0, started_at)
+                return BeaconReading(int(taken), running != 0.0, started_at, int(output_from))

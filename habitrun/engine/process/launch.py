@@ -7,6 +7,11 @@ preloaded module is capped too. Only modules a worker of this backend has
 already imported successfully are preloaded: a module that hangs or
 crashes on import would otherwise take the server down with it, outside
 any timeout (a worker's import runs under ``subject_spawn_timeout_sec``).
+
+Forkserver and spawn workers start outside the runner's process group (the
+server and a spawned worker in a session of their own), so a terminal's
+Ctrl-C reaches the runner alone and the runner decides how workers stop. A
+forked worker leaves the group first thing (``setpgid`` in the worker).
 """
 
 from __future__ import annotations
@@ -19,12 +24,13 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
-from multiprocessing import forkserver, popen_forkserver, reduction, spawn, util
+from multiprocessing import forkserver, popen_forkserver, popen_spawn_posix, reduction, spawn, util
 from multiprocessing.connection import Connection
 from multiprocessing.context import ForkServerProcess, set_spawning_popen
 from multiprocessing.process import BaseProcess
 
 from habitrun.engine.process.beacon import Beacon
+from habitrun.engine.process.forkserver import PrivateForkServer
 from habitrun.engine.process.threads import thread_env
 from habitrun.engine.process.worker import WorkerConfig, worker_main
 
@@ -58,6 +64,59 @@ class _PrivatePopen(popen_forkserver.Popen):
         self.pid = forkserver.read_signed(self.sentinel)
 
 
+def _spawn_in_new_session(path: str, args: list[str], passfds: Sequence[int]) -> int:
+    """``util.spawnv_passfds`` with ``setsid``: the child never shares the runner's group."""
+    made = []
+    try:
+        for fd in passfds:
+            if not os.get_inheritable(fd):
+                os.set_inheritable(fd, True)
+                made.append(fd)
+        return os.posix_spawn(path, args, os.environ, setsid=True)
+    finally:
+        for fd in made:
+            os.set_inheritable(fd, False)
+
+
+class _SessionSpawnPopen(popen_spawn_posix.Popen):
+    """The stdlib spawn Popen, starting the child in a session of its own."""
+
+    def _launch(self, process_obj: BaseProcess) -> None:
+        from multiprocessing import resource_tracker
+
+        tracker_fd = resource_tracker.getfd()
+        self._fds.append(tracker_fd)
+        prep_data = spawn.get_preparation_data(process_obj._name)
+        fp = io.BytesIO()
+        set_spawning_popen(self)
+        try:
+            reduction.dump(prep_data, fp)
+            reduction.dump(process_obj, fp)
+        finally:
+            set_spawning_popen(None)
+        parent_r = child_w = child_r = parent_w = None
+        try:
+            parent_r, child_w = os.pipe()
+            child_r, parent_w = os.pipe()
+            cmd = spawn.get_command_line(tracker_fd=tracker_fd, pipe_handle=child_r)
+            self._fds.extend([child_r, child_w])
+            self.pid = _spawn_in_new_session(spawn.get_executable(), cmd, self._fds)
+            self.sentinel = parent_r
+            with open(parent_w, "wb", closefd=False) as f:
+                f.write(fp.getbuffer())
+        finally:
+            self.finalizer = util.Finalize(self, util.close_fds, [fd for fd in (parent_r, parent_w) if fd is not None])
+            for fd in (child_r, child_w):
+                if fd is not None:
+                    os.close(fd)
+
+
+class _SessionSpawnProcess(multiprocessing.context.SpawnProcess):
+    @staticmethod
+    def _Popen(process_obj: BaseProcess) -> _SessionSpawnPopen:
+        return _SessionSpawnPopen(process_obj)
+
+
 class _PrivateServerProcess(ForkServerProcess):
     @staticmethod
     def _Popen(process_obj: BaseProcess) -> _PrivatePopen:
@@ -89,7 +148,7 @@ class Launcher:
     def __init__(self, start_method: str, threads: int) -> None:
         self.start_method = start_method
         self.threads = threads
-        self._servers: dict[tuple[str, ...], forkserver.ForkServer] = {}
+        self._servers: dict[tuple[str, ...], PrivateForkServer] = {}
         self._proven: set[tuple[str, tuple[str, ...]]] = set()
         self._ctx = None if start_method == "forkserver" else multiprocessing.get_context(start_method)
 
@@ -108,8 +167,9 @@ class Launcher:
                 config = replace(config, parent_pid=os.getpid())
                 if self.start_method == "fork":
                     config = replace(config, close_fds=(*close_fds, parent_end.fileno()))
-                proc = self._ctx.Process(target=worker_main, args=(child_end, config, beacon),
-                                         name=f"habitrun-worker-{config.slot}", daemon=False)
+                process_class = _SessionSpawnProcess if self.start_method == "spawn" else self._ctx.Process
+                proc = process_class(target=worker_main, args=(child_end, config, beacon),
+                                     name=f"habitrun-worker-{config.slot}", daemon=False)
                 proc.start()
         except BaseException:
             parent_end.close()
@@ -120,17 +180,11 @@ class Launcher:
 
     def _start_forkserver(self, config: WorkerConfig, child_end: Connection, beacon: Beacon,
                           module: str | None, search_path: Sequence[str]) -> BaseProcess:
-        preload: tuple[str, ...] = BASE_PRELOAD
-        path: tuple[str, ...] = ()
+        server = self._server(BASE_PRELOAD, ())
         if module and (module, tuple(search_path)) in self._proven:
-            preload, path = (*BASE_PRELOAD, module), tuple(search_path)
-        server = self._servers.get(preload + path)
-        if server is None:
-            server = forkserver.ForkServer()
-            server.set_forkserver_preload(list(preload))
-            with _server_environment(self.threads, path):
-                server.ensure_running()
-            self._servers[preload + path] = server
+            preloaded = self._server((*BASE_PRELOAD, module), tuple(search_path))
+            if preloaded.ready():  # still booting: fork from the server we have, not wait for it
+                server = preloaded
         config = replace(config, parent_pid=server._forkserver_pid or -1)
         proc = _PrivateServerProcess(target=worker_main, args=(child_end, config, beacon),
                                      name=f"habitrun-worker-{config.slot}")
@@ -140,6 +194,17 @@ class Launcher:
         finally:
             _launching.server = None
         return proc
+
+    def _server(self, preload: tuple[str, ...], path: tuple[str, ...]) -> PrivateForkServer:
+        """The server for these preloads, started (not necessarily ready) on first use."""
+        server = self._servers.get(preload + path)
+        if server is None:
+            server = PrivateForkServer()
+            server.set_forkserver_preload(list(preload))
+            with _server_environment(self.threads, path):
+                server.ensure_running()
+            self._servers[preload + path] = server
+        return server
 
     def close(self) -> None:
         """Stop the private forkservers (their workers are already gone)."""

@@ -1,6 +1,6 @@
 """The messages between the runner and a worker, one pickled tuple per frame.
 
-Runner -> worker: ``(BIND, op)``, ``(RUN, task_tuple)``, ``(RETIRE,)``, ``(EXIT,)``.
+Runner -> worker: ``(BIND, op)``, ``(RUN, task_tuple)``, ``(RETIRE,)``, ``(EXIT,)``, ``(TERMINATE,)``.
 Worker -> runner: ``(BOUND,)``, ``(BIND_ERROR, message, traceback)``,
 ``(DONE, ok, result, error, kind, traceback, duration, usage)`` (usage: see engine/usage.py), ``(SKIPPED,)``.
 
@@ -31,6 +31,7 @@ from habitrun.engine.backend import SubjectTask
 BIND = "bind"
 RUN = "run"
 RETIRE = "retire"  # skip every run not yet started, then exit
+TERMINATE = "terminate"  # end now with everything below (read by the worker's reader thread)
 EXIT = "exit"
 UNDECODABLE = "undecodable"  # worker-internal: a message that could not be unpickled
 

@@ -11,28 +11,22 @@ from multiprocessing.process import BaseProcess
 from habitrun.engine.backend import OperatorRef, SubjectTask
 from habitrun.engine.process.beacon import Beacon
 from habitrun.engine.process.memory import Watched
-from habitrun.engine.process.protocol import FrameReader
+from habitrun.engine.process.protocol import TERMINATE, FrameReader, dumps, frame, write_all
+from habitrun.launcher import signalling as launcher_signalling
+
+HAVE_PIDFD = hasattr(os, "pidfd_open")
 
 
-def signal_group(pid: int, sig: int, *, may_be_leader_only: bool = True) -> None:
+def signal_group(worker: Worker, sig: int) -> None:
     """Signal the worker's process group (it and everything its subject started).
 
-    A worker that has not yet made itself a group leader is signalled alone;
-    ``may_be_leader_only=False`` skips that fallback once the worker is known
-    dead, so a recycled pid is never hit.
+    Only through the worker's pidfd, so a recycled PID is never hit (see
+    :mod:`habitrun.launcher.signalling`); a worker whose pidfd could not be
+    opened had already gone, and is left alone.
     """
-    try:
-        os.killpg(pid, sig)
+    if worker.pidfd is None and HAVE_PIDFD:
         return
-    except ProcessLookupError:
-        pass
-    except PermissionError:
-        return
-    if may_be_leader_only:
-        try:
-            os.kill(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
+    launcher_signalling.signal_group(worker.pid, sig, worker.pidfd)
 
 
 class Worker:
@@ -54,6 +48,7 @@ class Worker:
         self.fd = conn.fileno()
         self.frames = FrameReader()  # replies that arrived in part
         self.pid: int = proc.pid  # type: ignore[assignment]
+        self.pidfd = launcher_signalling.open_pidfd(self.pid)  # the only way we signal it
         self.watched = watched
         self.op: OperatorRef | None = None
         self.binding = False
@@ -69,6 +64,8 @@ class Worker:
         self.conn_open = True
         self.can_send = True
         self.dead = False
+        self.scratch_path: str | None = None  # its fds 1 and 2 (see invoke)
+        self.log_owed: tuple[SubjectTask, int, str] | None = None  # (task, output start, what happened)
 
     def progress(self) -> tuple[int, int | None, float]:
         """``(ended, running, started_at)`` from the beacon.
@@ -86,14 +83,23 @@ class Worker:
         return ahead, None, 0.0
 
     def terminate(self, now: float, kill_after: float) -> None:
-        """SIGTERM to the group now, SIGKILL at ``now + kill_after`` if still alive."""
+        """SIGTERM to the group now, SIGKILL at ``now + kill_after`` if still alive.
+
+        TERMINATE down the pipe as well: the worker's reader thread acts on it
+        even when the subject ignores SIGTERM.
+        """
+        if self.can_send:
+            try:
+                write_all(self.fd, frame(dumps((TERMINATE,))))
+            except OSError:
+                pass
         self.stop_sent = True
         self.leaving = True
         self.can_send = False
         if kill_after <= 0:
             self.kill()
             return
-        signal_group(self.pid, signal.SIGTERM)
+        signal_group(self, signal.SIGTERM)
         self.kill_at = now + kill_after
 
     def kill(self) -> None:
@@ -101,4 +107,12 @@ class Worker:
         self.leaving = True
         self.can_send = False
         self.kill_at = None
-        signal_group(self.pid, signal.SIGKILL)
+        signal_group(self, signal.SIGKILL)
+
+    def close_pidfd(self) -> None:
+        if self.pidfd is not None:
+            try:
+                os.close(self.pidfd)
+            except OSError:
+                pass
+            self.pidfd = None

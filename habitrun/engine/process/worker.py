@@ -8,7 +8,10 @@ runner leaves nothing behind. PR_SET_PDEATHSIG (Linux) backs that up for a
 worker whose parent is the runner itself.
 
 The worker leads its own process group, so the runner can stop a subject
-together with every process the subject started (``os.killpg``).
+together with every process the subject started (``os.killpg``), and is a
+child subreaper, so it can also kill what left that group (see ``reaper``).
+A TERMINATE from the runner is acted on by the reader thread, so a subject
+that ignores SIGTERM still ends with everything it started.
 """
 
 from __future__ import annotations
@@ -25,10 +28,19 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from habitrun.engine.backend import FailureKind, SubjectOutcome
-from habitrun.engine.invoke import BoundOperator, bind_operator, execute, one_line
+from habitrun.engine.invoke import (
+    DEFAULT_LOG_MAX_BYTES,
+    BoundOperator,
+    bind_operator,
+    capture_output_in,
+    execute,
+    one_line,
+    output_mark,
+)
 from habitrun.engine.process import protocol as P
 from habitrun.engine.process.beacon import Beacon
 from habitrun.engine.process.outbox import Outbox
+from habitrun.engine.process.reaper import after_subject, become_subreaper, kill_below, snapshot
 from habitrun.engine.process.threads import apply_thread_caps
 from habitrun.errors import HabitrunError
 from habitrun.launcher.lifeline import close_forkserver_alive_fd
@@ -48,9 +60,12 @@ class WorkerConfig:
     max_consecutive_failures: int = 0  # after this many failures in a row, start nothing more
     close_fds: tuple[int, ...] = ()  # runner-side fds a forked worker inherited
     reply_hold_sec: float = 0.0  # hold successes this long so several share a write (see outbox)
+    scratch_path: str | None = None  # fds 1 and 2 go here (the runner reads it after a death)
+    log_max_bytes: int = DEFAULT_LOG_MAX_BYTES  # a subject's log keeps head and tail past this
 
 
 def _kill_own_group(*_: Any) -> None:
+    kill_below(only_strays=False)  # what left the group too: a subreaper's orphans are ours
     os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
@@ -70,6 +85,7 @@ def _prepare(config: WorkerConfig) -> None:
         os.setpgid(0, 0)
     except OSError:
         pass
+    become_subreaper()
     # SIGTERM (from us, or from PDEATHSIG) ends the worker with all it started.
     signal.signal(signal.SIGTERM, _kill_own_group)
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -118,6 +134,8 @@ class _Inbox:
                     self.messages.put((P.UNDECODABLE, one_line(exc)))
                     continue
                 tag = message[0]
+                if tag == P.TERMINATE:
+                    _kill_own_group()
                 if tag in (P.RETIRE, P.EXIT):
                     self.retired = self.retired or tag == P.RETIRE
                     self.leaving = True
@@ -147,6 +165,7 @@ HOLD_WHILE_QUEUED = 2  # hold a success only while at least this many runs wait 
 def worker_main(conn: Connection, config: WorkerConfig, beacon: Beacon) -> None:
     """Entry point of every worker process (persistent or isolated)."""
     _prepare(config)
+    capture_output_in(config.scratch_path)
     inbox = _Inbox(conn)
     outbox = Outbox(conn.fileno(), 0.0 if config.max_tasks else config.reply_hold_sec)
     bound: BoundOperator | None = None
@@ -184,9 +203,11 @@ def worker_main(conn: Connection, config: WorkerConfig, beacon: Beacon) -> None:
             beacon.took(taken, running=False)
             outbox.send(reply)
             continue
-        beacon.took(taken, running=True)
-        outcome = execute(bound, P.task_from(message[1]), capture="fd")
+        beacon.took(taken, running=True, output_from=output_mark())
+        children = snapshot()
+        outcome = execute(bound, P.task_from(message[1]), capture="fd", log_max_bytes=config.log_max_bytes)
         beacon.ended()
+        after_subject(children)  # what the subject started outside our group ends with it
         failures_in_row = 0 if outcome.ok else failures_in_row + 1
         if config.max_consecutive_failures and failures_in_row >= config.max_consecutive_failures:
             # The runner retires this worker; the runs queued behind this one must not start here.
@@ -198,6 +219,7 @@ def worker_main(conn: Connection, config: WorkerConfig, beacon: Beacon) -> None:
             break
     inbox.leaving = True
     outbox.flush()
+    kill_below(only_strays=False)
     # Skip interpreter teardown: it can hang on an operator's threads, and nothing is left to flush.
     sys.stdout.flush()
     sys.stderr.flush()

@@ -90,9 +90,63 @@ def act(subject):
     if do == "flood":
         sys.stdout.write("x" * (int(subject.fields["mb"]) << 20) + "\n")
         return "flooded"
+    if do == "say_then_hang":
+        print(f"about to hang {subject.id}", flush=True)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # only SIGKILL ends it
+        time.sleep(3600)
+    if do == "say_then_exit3":
+        print(f"about to exit {subject.id}", flush=True)
+        os._exit(3)
+    if do == "close_std":
+        print("closing fds 1 and 2", flush=True)
+        os.close(1)
+        os.close(2)
+        return "closed"
+    if do == "daemon":
+        start_daemon(subject.fields["pidfile"])
+        return "left a daemon behind"
+    if do == "daemon_then_hang":
+        start_daemon(subject.fields["pidfile"])
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        time.sleep(3600)
+    if do == "child_outlives":
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        Path(subject.fields["pidfile"]).write_text(str(child.pid))
+        return "left a child running"
+    if do == "orphan":
+        subprocess.run(["sh", "-c", "true & exit 0"], check=True)  # the backgrounded `true` is orphaned
+        time.sleep(0.2)
+        return "orphaned"
+    if do == "zombies":
+        return sorted(int(p) for p in Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").read_text().split())
     if do == "quiet":
         return "nothing to say"
     raise AssertionError(f"unknown action {do!r}")
+
+
+def start_daemon(pidfile):
+    """Double fork and setsid: a daemon outside the worker's process group, holding fds 1 and 2."""
+    pid = os.fork()
+    if pid == 0:
+        os.setsid()
+        if os.fork() == 0:
+            Path(pidfile).write_text(str(os.getpid()))
+            time.sleep(120)
+        os._exit(0)
+    os.waitpid(pid, 0)
+    deadline = time.monotonic() + 10
+    while not Path(pidfile).exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def daemon_op(subject, pidfile):
+    start_daemon(f"{pidfile}.{subject.id}")
+    print(f"{subject.id} left a daemon behind")
+    return subject.id
+
+
+def size_of(subject):
+    return len(subject.input("big"))
 
 
 def second_stage(subject):

@@ -1,0 +1,98 @@
+"""What `run` and `resume` share: the selection options, the operator check, the display, the summary.
+
+``--retry-failed`` and ``--rerun`` are sugar for the policy fields
+``retry_failed_subjects`` and ``force_rerun_subjects``: they become overrides,
+so the run's provenance records them and a ``resume`` replays them.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+import typer
+from rich.console import Console
+
+from habitrun.cli.progress import RunDisplay
+from habitrun.cli.report import write_run_report
+from habitrun.cli.summary import print_summary
+from habitrun.engine.runner import run_study
+from habitrun.errors import StoreWriteError
+from habitrun.spec.loader import LoadedRecipe, load_recipe
+from habitrun.spec.opcheck import OperatorCheck
+
+RETRY_FAILED_HELP = "Rerun the subjects whose failure an earlier run recorded (policy.retry_failed_subjects=true)."
+RERUN_HELP = "Rerun this subject even if it is stored as done (repeat for several; with --stage, only in that stage)."
+STAGE_HELP = "Run only this stage and the stages it needs."
+RECORD_NOOP_HELP = "Write a run folder even when nothing is left to run."
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What the command line chose to (re)run beyond the recipe."""
+
+    retry_failed: bool = False
+    rerun: tuple[str, ...] = ()
+    stage: str | None = None
+    record_noop: bool = False
+
+    def overrides(self, loaded: LoadedRecipe) -> tuple[str, ...]:
+        """The policy overrides this selection stands for (ids added to those the recipe lists)."""
+        out: list[str] = []
+        if self.retry_failed:
+            out.append("policy.retry_failed_subjects=true")
+        if self.rerun:
+            if self.stage is not None and self.stage in {s.name for s in loaded.recipe.stages}:
+                listed = loaded.stage_policy(self.stage).force_rerun_subjects
+                where = f"stages.{self.stage}.policy.force_rerun_subjects"
+            else:
+                listed = loaded.recipe.policy.force_rerun_subjects
+                where = "policy.force_rerun_subjects"
+            ids = list(dict.fromkeys([*listed, *self.rerun]))
+            out.append(f"{where}={json.dumps(ids, ensure_ascii=False)}")
+        return tuple(out)
+
+    def options(self) -> list[str]:
+        """The options that chose what ran (for the retry command: --rerun is not repeated)."""
+        words: list[str] = []
+        if self.stage is not None:
+            words += ["--stage", self.stage]
+        return words
+
+
+def load_selected(path: Path, overrides: Sequence[str], selection: Selection, **kwargs: Any) -> LoadedRecipe:
+    """The recipe with the selection's overrides after the user's."""
+    loaded = load_recipe(path, tuple(overrides), **kwargs)
+    extra = selection.overrides(loaded)
+    return load_recipe(path, (*overrides, *extra), **kwargs) if extra else loaded
+
+
+def retry_command(command: str, target: str, overrides: Sequence[str], selection: Selection) -> str:
+    """The exact command that retries the recorded failures of what was just run."""
+    words = ["habitrun", command, target, *overrides, *selection.options(), "--retry-failed"]
+    return shlex.join(words)
+
+
+def execute(console: Console, loaded: LoadedRecipe, *, quiet: bool, recipe_arg: str, retry: str,
+            selection: Selection, resume: str, report: bool = False, **run_kwargs: Any) -> NoReturn:
+    """Check the operators (in a child, while the manifest loads), run, print the summary, exit.
+
+    ``resume`` is the command that continues the run, named when a full disk stops it.
+    ``report`` (or ``policy.report``) writes the run's HTML report into its folder at the end.
+    """
+    try:
+        with OperatorCheck.start(loaded) as operators, RunDisplay(console, quiet=quiet) as display:
+            summary = run_study(loaded, argv=sys.argv, observer=display.on_event,
+                                preflight=operators.raise_problems, only_stage=selection.stage,
+                                record_noop=selection.record_noop, rerun=selection.rerun, **run_kwargs)
+    except StoreWriteError as exc:  # a full disk: stopped; say how to go on from here
+        raise exc.with_resume(resume) from None
+    print_summary(console, summary, recipe_arg=recipe_arg, retry_command=retry)
+    if report or loaded.recipe.policy.report:
+        write_run_report(console, loaded, summary.run)
+    raise typer.Exit(summary.exit_code)
