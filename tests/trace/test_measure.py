@@ -65,7 +65,8 @@ def test_cpu_against_wall_for_sleeping_and_busy_subjects(tmp_path: Path) -> None
 
 def test_serial_backend_measures_and_failures_are_traced_per_attempt(tmp_path: Path) -> None:
     recipe = write_study(tmp_path, [{"subject_id": "ok", "mb": 1}, {"subject_id": "bad", "fail": "boom"}],
-                         policy={"backend": "serial", "subject_timeout_sec": None, "auto_retry_rounds": 1})
+                         policy={"backend": "serial", "subject_timeout_sec": None, "auto_retry_rounds": 1,
+                                 "auto_retry_on": ["exception"]})
     assert run(recipe) == 1
     rows = trace_rows(recipe)
     bad = [r for r in rows if r["subject"] == "bad"]
