@@ -4,7 +4,9 @@ Reads the recipe, the manifest and (if there is one) the checkpoint store,
 and prints per stage how many subjects are done, failed, stale, pending,
 forced or blocked. ``--reason`` says why each one that would run (or
 cannot) is in that state; ``--json`` prints it all for machines. A store is
-never created or written here.
+never created here, and no record is written: only the digests of input files
+that had to be read go into an existing store's file table, so the next plan
+does not read them again.
 """
 
 from __future__ import annotations
@@ -20,12 +22,14 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from habitrun.cli.app import app
+from habitrun.cli.app import app, err_console
 from habitrun.cli.text import esc
+from habitrun.errors import EXIT_USAGE
 from habitrun.planner.plan import Plan, StagePlan, SubjectStatus, plan_study
 from habitrun.spec.loader import LoadedRecipe, load_recipe
 from habitrun.spec.subjects import load_subjects
 from habitrun.store.checkpoint import CheckpointStore
+from habitrun.store.guard import empty_store_file
 
 COLUMNS = ("done", "failed", "stale", "pending", "forced", "blocked")
 _STYLE = {"failed": "red", "stale": "yellow", "pending": "cyan", "forced": "magenta", "blocked": "yellow"}
@@ -39,12 +43,41 @@ def make_console() -> Console:
     return console
 
 
-def open_existing_store(loaded: LoadedRecipe) -> CheckpointStore | None:
-    """The recipe's store if one exists (StoreError if something else is there); never creates one."""
+def store_notes(loaded: LoadedRecipe, store: CheckpointStore | None) -> list[str]:
+    """What is wrong with the store file (damaged, or empty): the command then exits 2."""
+    notes = []
+    empty = empty_store_file(loaded.store_dir())
+    if empty:
+        notes.append(empty + "; `habitrun run` starts a new store")
+    if store is not None and store.damage is not None:
+        notes.append(store.damage.summary(loaded.store_dir()) + "; `habitrun run` repairs it (keeping the damaged file)")
+    return notes
+
+
+def outside_notes(plan: Plan, store: CheckpointStore | None) -> list[str]:
+    """Stages whose stored results name absolute paths outside the study (they do not move with it)."""
+    notes = []
+    for stage in plan if store is not None else ():
+        count, example = store.outside_paths(stage.name)
+        if count:
+            notes.append(f"stage {stage.name}: {count} stored result(s) name paths outside the study "
+                         f"(e.g. {example}); they stay where they are if the study moves")
+    return notes
+
+
+def open_existing_store(loaded: LoadedRecipe, *, verify: bool = False) -> CheckpointStore | None:
+    """The recipe's store, read-only, if one exists (StoreError if something else is there).
+
+    Never creates, upgrades or writes one: `plan` and `status` leave the database file as
+    it was (a read-only copy of a study can be planned).
+    """
     store_dir = loaded.store_dir()
     if not CheckpointStore.exists(store_dir):
         return None
-    return CheckpointStore.open(store_dir, create=False)
+    store = CheckpointStore.open(store_dir, create=False, read_only=True)
+    store.set_roots(loaded.run_root(), loaded.root)
+    store.verify_rows = verify
+    return store
 
 
 def counts_table(plan: Plan, title: str | None = None) -> Table:
@@ -93,13 +126,29 @@ def reason_groups(stage: StagePlan, store: CheckpointStore | None) -> dict[tuple
     return groups
 
 
+def print_package_changes(console: Console, plan: Plan) -> None:
+    """Per stage, the packages its code imports whose version changed since its stored results."""
+    for stage in plan:
+        if stage.package_changes:
+            console.print(
+                f"[yellow]packages[/] {esc(stage.name)}: {esc(', '.join(stage.package_changes))} since these results"
+                " (not rerun; policy.rerun_on_package_change puts versions in the keys)",
+                highlight=False,
+            )
+
+
 def print_reasons(console: Console, plan: Plan, store: CheckpointStore | None, limit: int) -> None:
     for stage in plan:
         groups = reason_groups(stage, store)
         if not groups:
             continue
         console.print(f"[bold]{esc(stage.name)}[/]")
-        for (status, why), sids in groups.items():
+        ordered = sorted(groups.items(), key=lambda item: -len(item[1]))  # the commonest cause first
+        if limit > 0 and len(ordered) > limit:
+            rest = ordered[limit:]
+            ordered = ordered[:limit]
+            console.print(f"  ({len(rest)} more reasons for {sum(len(s) for _, s in rest)} subjects not shown; --limit 0 shows all)")
+        for (status, why), sids in ordered:
             shown = sids if limit <= 0 else sids[:limit]
             more = f" ... and {len(sids) - len(shown)} more" if len(shown) < len(sids) else ""
             console.print(
@@ -130,22 +179,33 @@ def plan(
     reason: bool = typer.Option(False, "--reason", help="Say for each subject that is not done why."),
     limit: int = typer.Option(50, "--limit", help="With --reason: subjects listed per reason (0: all)."),
     retry_failed: bool = typer.Option(False, "--retry-failed", help="Plan as `run --retry-failed` would: recorded failures rerun."),
+    verify: bool = typer.Option(False, "--verify", help="Check every stored result against its checksum "
+                                "(large ones are always checked when their file changed)."),
 ) -> None:
     """Show what a run would do, per stage: done / failed / stale / pending / forced / blocked."""
     loaded = load_recipe(recipe, (*(overrides or ()), *(("policy.retry_failed_subjects=true",) if retry_failed else ())))
     subjects = load_subjects(loaded)
-    store = open_existing_store(loaded)
+    store = open_existing_store(loaded, verify=verify)
     try:
         the_plan = plan_study(loaded, subjects, store)
+        damaged = store_notes(loaded, store)
         if as_json:
-            typer.echo(json.dumps(plan_json(loaded, the_plan, store), indent=1, ensure_ascii=False))
+            data = plan_json(loaded, the_plan, store)
+            data["store_damage"] = damaged
+            data["outside_paths"] = outside_notes(the_plan, store)
+            typer.echo(json.dumps(data, indent=1, ensure_ascii=False))
+            if damaged:
+                raise typer.Exit(EXIT_USAGE)
             return
         console = make_console()
         where = f"store {loaded.store_dir()}" if store is not None else "no store yet: nothing has run"
         title = f"plan for {loaded.recipe.name} ({len(subjects)} subjects; {where})"
         console.print(counts_table(the_plan, esc(title)))
+        print_package_changes(console, the_plan)
         if reason:
             print_reasons(console, the_plan, store, limit)
+        for note in outside_notes(the_plan, store):
+            console.print(esc(note), highlight=False)
         total = sum(len(s.to_run()) for s in the_plan)
         failed = sum(s.counts()["failed"] for s in the_plan)
         if total:
@@ -156,6 +216,10 @@ def plan(
             again = shlex.join(["habitrun", "run", str(recipe), *(overrides or ()), "--retry-failed"])
             console.print(f"[yellow]{failed} recorded failure(s) will not be retried[/]; retry them with: {esc(again)}",
                           highlight=False)
+        for note in damaged:
+            err_console.print(f"[bold red]store damaged:[/] {esc(note)}", highlight=False)
+        if damaged:
+            raise typer.Exit(EXIT_USAGE)
     finally:
         if store is not None:
             store.close()

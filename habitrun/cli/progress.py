@@ -107,7 +107,8 @@ class RunDisplay:
     def on_event(self, event: dict[str, Any]) -> None:
         kind = event.get("event")
         handler = getattr(self, f"_on_{kind}", None)
-        if handler is not None and (not self.quiet or kind == "stopping"):
+        if handler is not None and (not self.quiet or kind in ("stopping", "warning")):
+            # even when quiet: what Ctrl-C waits for; a damaged or emptied store, a recipe mismatch
             handler(event)
         elif kind in ("subject_done", "subject_failed", "subject_skipped") and self.quiet:
             return

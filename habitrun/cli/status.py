@@ -19,12 +19,18 @@ import typer
 from rich import box
 from rich.table import Table
 
-from habitrun.cli.app import app
-from habitrun.cli.plan import counts_table, make_console, open_existing_store
+from habitrun.cli.app import app, err_console
+from habitrun.cli.plan import (
+    counts_table,
+    make_console,
+    open_existing_store,
+    print_package_changes,
+    store_notes,
+)
 from habitrun.cli.resume import check_run_home
 from habitrun.cli.text import esc
 from habitrun.cli.text import human as fmt
-from habitrun.errors import EXIT_FAILED_SUBJECTS, EXIT_OK, StoreError
+from habitrun.errors import EXIT_FAILED_SUBJECTS, EXIT_OK, EXIT_USAGE, StoreError
 from habitrun.planner.plan import Plan, SubjectStatus, plan_study
 from habitrun.spec.loader import LoadedRecipe, load_recipe
 from habitrun.spec.subjects import load_subjects
@@ -89,6 +95,16 @@ def _same_runner(holder: dict[str, Any], info: dict[str, Any]) -> bool:
 def resume_command(target: Path) -> str:
     """The command that continues the run shown for ``target`` (as the user named it)."""
     return f"habitrun resume {shlex.quote(str(target))}"
+
+
+def unreadable(plan: Plan) -> list[dict[str, str]]:
+    """Subjects whose stored result failed its check (they are stale: the next run recomputes them)."""
+    out = []
+    for stage in plan:
+        for sid, why in stage.reasons.items():
+            if stage.status.get(sid) is SubjectStatus.STALE and why and why[0].startswith("stored result unreadable"):
+                out.append({"stage": stage.name, "subject": sid, "reason": why[0]})
+    return out
 
 
 def failures(plan: Plan, store: CheckpointStore | None) -> list[dict[str, Any]]:
@@ -160,6 +176,7 @@ def status(
     target: Path = typer.Argument(Path("recipe.yaml"), help="A recipe file or a run folder (default: ./recipe.yaml)."),
     as_json: bool = typer.Option(False, "--json", help="Print the status as JSON."),
     show_all: bool = typer.Option(False, "--all", help=f"List every failure (default: the first {MAX_FAILURES_SHOWN})."),
+    verify: bool = typer.Option(False, "--verify", help="Check every stored result against its checksum."),
 ) -> None:
     """Show the last run: outcome, per stage counts, each failed subject with its log file.
 
@@ -176,11 +193,13 @@ def status(
         return
     outcome, info = run_state(run, loaded)
     subjects = load_subjects(loaded)
-    store = open_existing_store(loaded)
+    store = open_existing_store(loaded, verify=verify)
     try:
         plan = plan_study(loaded, subjects, store)
         failed = failures(plan, store)
         stats = resource_stats(plan, store)
+        damaged = unreadable(plan)
+        notes = store_notes(loaded, store)
     finally:
         if store is not None:
             store.close()
@@ -192,10 +211,13 @@ def status(
                     "started_at": info.get("started_at"), "ended_at": info.get("ended_at"),
                     **({"resume": resume_command(target)} if outcome == RUNNER_DIED else {})},
             "stages": {s.name: s.counts() for s in plan},
+            "packages_changed": {s.name: s.package_changes for s in plan if s.package_changes},
             "failures": failed,
             "resources": stats,
+            "unreadable": damaged,
+            "store_damage": notes,
         }, indent=1, ensure_ascii=False))
-        raise typer.Exit(code)
+        raise typer.Exit(EXIT_USAGE if notes else code)
     console.print(f"[bold]run {esc(run.run_id)}[/]: {esc(outcome)}")
     console.print(f"  folder   {esc(str(run.path))}")
     console.print(f"  started  {esc(str(info.get('started_at', '?')))}")
@@ -210,9 +232,16 @@ def status(
         for name, st in stats.items():
             slow = ", ".join(f"{esc(s['subject'])} {_seconds(s['duration_sec'])}" for s in st["slowest"])
             console.print(f"  slowest in {esc(name)}: {slow}", highlight=False)
+    print_package_changes(console, plan)
+    for note in notes:
+        err_console.print(f"[bold red]store damaged:[/] {esc(note)}", highlight=False)
+    if damaged:
+        console.print(f"[yellow]{len(damaged)} stored result(s) unreadable[/] (stale: `habitrun run` recomputes them):")
+        for d in damaged[:MAX_FAILURES_SHOWN] if not show_all else damaged:
+            console.print(f"  {esc(d['stage'])} {esc(d['subject'])}: {esc(d['reason'])}", highlight=False)
     if not failed:
         console.print("no failed subjects")
-        raise typer.Exit(code)
+        raise typer.Exit(EXIT_USAGE if notes else code)
     console.print(f"[red]{len(failed)} failed subject(s)[/]:")
     shown = failed if show_all else failed[:MAX_FAILURES_SHOWN]
     for f in shown:
@@ -224,7 +253,7 @@ def status(
             console.print("      log: none was written", highlight=False)
     if len(shown) < len(failed):
         console.print(f"  ... and {len(failed) - len(shown)} more (habitrun status --all)")
-    raise typer.Exit(code)
+    raise typer.Exit(EXIT_USAGE if notes else code)
 
 
 def exit_code_for(outcome: str) -> int:

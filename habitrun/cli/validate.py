@@ -1,8 +1,10 @@
 """`habitrun validate RECIPE [OVERRIDES...]`: everything a run would check before it starts.
 
-Schema and stage graph (by loading), the manifest (by reading it), and every
-operator and train entrypoint (by importing it from the recipe's folder, in a
-child process, with each operator's params checked against its signature).
+Schema and stage graph (by loading), the manifest (by reading it), every
+input file it names and every declared stage input (there and readable,
+nothing hashed), and every operator and train entrypoint (by importing it from
+the recipe's folder, in a child process, with each operator's params checked
+against its signature).
 Problems of the last two are collected together, so one pass shows them all.
 """
 
@@ -14,6 +16,7 @@ import typer
 
 from habitrun.cli.app import app
 from habitrun.errors import RecipeError
+from habitrun.planner.context import build_context
 from habitrun.spec.loader import LoadedRecipe, load_recipe
 from habitrun.spec.opcheck import OperatorCheck
 from habitrun.spec.policy import RunPolicy
@@ -41,8 +44,11 @@ def summary(loaded: LoadedRecipe, rows: list[SubjectRow]) -> str:
         f"recipe    {loaded.path}  ({recipe.name})",
         f"subjects  {len(rows)} from {recipe.subjects.manifest} (id column {recipe.subjects.id!r})",
         f"policy    {_policy_summary(recipe.policy)}",
-        "stages",
     ]
+    files = recipe.subjects.file_columns()
+    if files:
+        lines.append("files     " + ", ".join(f"{c} ({'required' if r else 'optional'})" for c, r in files.items()))
+    lines.append("stages")
     width = max(len(s.name) for s in recipe.stages)
     for stage in recipe.ordered_stages():
         target = stage.operator or stage.entrypoint or " ".join(stage.command or ())
@@ -52,6 +58,12 @@ def summary(loaded: LoadedRecipe, rows: list[SubjectRow]) -> str:
             extra += "  policy " + " ".join(f"{k}={v}" for k, v in override.items())
         if stage.launch is not None:
             extra += f"  ranks {stage.launch.nproc_per_node}"
+        if stage.fields is not None:
+            extra += f"  fields {', '.join(stage.fields)}"
+        if stage.inputs:
+            extra += f"  inputs {', '.join(stage.inputs)}"
+        if stage.code_version is not None:
+            extra += f"  code_version {stage.code_version}"
         lines.append(f"  {stage.name:<{width}}  {stage.kind:<7}  {target}{extra}")
     return "\n".join(lines)
 
@@ -70,6 +82,11 @@ def validate(
             rows = load_subjects(loaded)
         except RecipeError as exc:
             problems.extend(exc.problems)
+        if rows:
+            try:  # every input file there and readable (nothing is hashed here)
+                build_context(loaded, rows, None, save=False, verify_only=True)
+            except RecipeError as exc:
+                problems.extend(exc.problems)
         problems.extend(operators.problems())
     if problems:
         raise RecipeError(problems)

@@ -50,6 +50,7 @@ class FailureKind:
     WORKER_DIED = "worker_died"
     NO_REPORT = "no_report"
     UNPICKLABLE = "unpicklable"
+    DISK_FULL = "disk_full"  # the subject met a full disk: the machine's fault, never recorded
     SKIPPED = "skipped"  # upstream failed: not an error of its own
     INTERRUPTED = "interrupted"
 

@@ -19,6 +19,7 @@ much was cut. Subject ids in log headers have control characters escaped.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import functools
 import io
@@ -185,6 +186,9 @@ def one_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+_DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
 def _write_log(task: SubjectTask, output: bytes, tb: str | None) -> None:
     path = task.log_path
     try:
@@ -232,6 +236,9 @@ def execute(bound: BoundOperator, task: SubjectTask, *, capture: str = "fd",
         error = f"operator called sys.exit({exc.code!r}) without returning a result"
     except KeyboardInterrupt:
         raise
+    except OSError as exc:  # a full disk (its output, its work folder) is not the subject's fault
+        tb, error = traceback.format_exc(), one_line(exc)
+        kind = FailureKind.DISK_FULL if exc.errno in _DISK_FULL else FailureKind.EXCEPTION
     except BaseException as exc:  # noqa: BLE001 - isolating the subject is the point
         tb, error, kind = traceback.format_exc(), one_line(exc), FailureKind.EXCEPTION
     finally:

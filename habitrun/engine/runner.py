@@ -8,6 +8,7 @@ events, and the final outcome and exit code.
 
 from __future__ import annotations
 
+import errno
 import getpass
 import os
 import threading
@@ -25,17 +26,25 @@ from habitrun.engine.selection import stages_for, unknown_ids
 from habitrun.engine.signals import exit_code_for, signal_name, stop_on_signals
 from habitrun.engine.stopnotice import StopNotices
 from habitrun.engine.tracing import done_event, failed_event, trace_row
-from habitrun.errors import EXIT_FAILED_SUBJECTS, EXIT_OK, StoreWriteError, WorkerStartError
-from habitrun.planner.plan import GROUP_SUBJECT, StagePlan, SubjectStatus, fingerprints, plan_stage
+from habitrun.errors import (
+    EXIT_FAILED_SUBJECTS,
+    EXIT_OK,
+    StoreError,
+    StoreWriteError,
+    WorkerStartError,
+)
+from habitrun.planner.context import build_context
+from habitrun.planner.plan import GROUP_SUBJECT, StagePlan, SubjectStatus, plan_stage
 from habitrun.spec.gcpause import gc_paused
 from habitrun.spec.loader import LoadedRecipe
 from habitrun.spec.recipe import StageSpec
 from habitrun.spec.subjects import SubjectRow, load_subjects
-from habitrun.store.checkpoint import CheckpointStore, Record
+from habitrun.store.checkpoint import CheckpointStore, Record, UnreadableResults
 from habitrun.store.folders import ensure_folder
+from habitrun.store.guard import empty_store_file
 from habitrun.store.lock import StoreLock
 from habitrun.store.provenance import collect_provenance
-from habitrun.store.runs import RunFolder, work_dir
+from habitrun.store.runs import RunFolder, key_folder, work_dir
 
 Observer = Callable[[dict[str, Any]], None]
 GROUP_FILE_NAME = "_stage"  # log/work folder name of a collect or train stage's single task
@@ -128,10 +137,17 @@ def run_study(
     ensure_folder(loaded.run_root())
     ensure_folder(store_dir.parent)
     with StoreLock(lock_path_for(store_dir)):
+        empty = empty_store_file(store_dir)
         store = CheckpointStore.open(store_dir)
+        store.set_roots(loaded.run_root(), loaded.root)
+        store.verify_rows = True  # a run plans each stage with every stored result checked
         try:
             runner = _StudyRunner(loaded, subjects, store, stop, list(argv), observer, resumed_from,
                                   source_path or loaded.path)
+            if empty:
+                runner.warnings.append(empty)
+            if store.damage is not None:
+                runner.warnings.append(store.damage.summary(store_dir))
             runner.selected = selected
             runner.rerun_ids = frozenset(rerun)
             if not runner.prepare() and not record_noop:
@@ -183,6 +199,7 @@ class _StudyRunner:
         self.rerun_ids: frozenset[str] = frozenset()  # --rerun of this command: rerun even within a resume chain
         self.current_stage: StageSpec | None = None
         self.current_backend: Any = None
+        self.recomputing: set[str] = set()  # stages recomputing unreadable stored results
         self.write_failure: tuple[Path, BaseException] | None = None  # the first folder that refused a write
 
     # ------------------------------------------------------------------ events
@@ -205,12 +222,14 @@ class _StudyRunner:
     # ------------------------------------------------------------------ run
     def prepare(self) -> bool:
         """Check the store's recipe and plan ahead; False when there is nothing to run."""
+        # Input files and code first: a missing input file stops the run before it starts (exit 2).
+        self.key_context = build_context(self.loaded, self.subjects, self.store)
         warning = self.store.check_recipe(
             self.recipe.name, self.loaded.sha256, strict=self.recipe.policy.strict_checkpoint_hash
         )
         if warning:
             self.warnings.append(warning)
-        self.fingerprints = fingerprints(self.loaded)
+        self.fingerprints = {name: info.fingerprint for name, info in self.key_context.stages.items()}
         if self.resumed_from is not None:
             previous = self.resumed_from.read_provenance()
             self.chain = set(previous.get("run_chain", [])) | {self.resumed_from.run_id}
@@ -305,6 +324,17 @@ class _StudyRunner:
                 facts["running"] = backend.running()
         return facts
 
+    def plan_stage(self, stage: StageSpec) -> StagePlan:
+        """Plan one stage (and keep the plan); results stored under the key an older habitrun
+        gave the same inputs move to today's key here, so what runs after reads them."""
+        plan = plan_stage(self.recipe, stage.name, self.subjects, self.plans, self.store,
+                          self.fingerprints[stage.name], context=self.key_context)
+        if plan.adopted:
+            self.store.adopt([(old, plan.keys[sid], plan.components_json(sid)) for sid, old in plan.adopted.items()])
+            plan.adopted.clear()
+        self.plans[stage.name] = plan
+        return plan
+
     def plan_ahead(self) -> bool:
         """Plan stages in order until one has work; False when none has (a no-op run).
 
@@ -313,9 +343,7 @@ class _StudyRunner:
         made here are the ones run_stage would make, and it reuses them.
         """
         for stage in self.selected:
-            plan = plan_stage(self.recipe, stage.name, self.subjects, self.plans, self.store,
-                              self.fingerprints[stage.name])
-            self.plans[stage.name] = plan
+            plan = self.plan_stage(stage)
             if self.really_to_run(plan):
                 return True
         return False
@@ -424,9 +452,7 @@ class _StudyRunner:
         policy = self.recipe.stage_policy(stage.name)
         plan = self.plans.get(stage.name)  # planned ahead while looking for work
         if plan is None:
-            plan = plan_stage(self.recipe, stage.name, self.subjects, self.plans, self.store,
-                              self.fingerprints[stage.name])
-            self.plans[stage.name] = plan
+            plan = self.plan_stage(stage)
         to_run = self.really_to_run(plan)
         counts = StageCounts(total=len(plan.keys))
         self.counts[stage.name] = counts
@@ -458,7 +484,7 @@ class _StudyRunner:
         self.emit({"event": "stage_finished", "stage": stage.name, **counts.as_dict()})
         if stage.kind != "map" and plan.status.get(GROUP_SUBJECT) == SubjectStatus.DONE:
             key = plan.keys[GROUP_SUBJECT]
-            self.group_results[stage.name] = self.store.results([key]).get(key)
+            self.group_results[stage.name] = self.read_results(stage.name, [key]).get(key)
 
     def really_to_run(self, plan: StagePlan) -> list[str]:
         """The plan's work, minus what an interrupted run in this resume chain already finished."""
@@ -511,6 +537,13 @@ class _StudyRunner:
                     row = trace_row(run_id, stage.name, outcome, "done", queued_at, now)
                     trace.append(row)
                     events.append(done_event(stage.name, row))
+                    continue
+                if outcome.kind == FailureKind.DISK_FULL:  # the machine's fault: stop, record nothing
+                    events.append({"event": "subject_failed", "stage": stage.name, "subject": sid,
+                                   "attempt": task.attempt, "kind": outcome.kind, "error": outcome.error,
+                                   "final": False, "log": task.log_path, "pid": outcome.worker_pid})
+                    self.cannot_write(self.run.path, OSError(errno.ENOSPC, (
+                        f"No space left on device (subject {sid} of stage {stage.name}: {outcome.error})")))
                     continue
                 # Once a stop is asked for, a failure with attempts left is not run (a resume
                 # runs it), never a recorded failure: its last chance was taken by the stop.
@@ -567,15 +600,16 @@ class _StudyRunner:
             upstream: dict[str, dict[str, Any]] = {}
             for need in needs:
                 keys = {sid: self.plans[need].keys[sid] for sid in chunk}
-                results = self.store.results(keys.values())
+                results = self.read_results(need, list(keys.values()))
                 upstream[need] = {sid: results.get(key) for sid, key in keys.items()}
             for sid in chunk:
                 row = rows[sid]
                 safe = row.safe
                 # positional, in SubjectTask's field order: key, subject, fields, inputs, workdir, log
-                append(SubjectTask(stage_keys[sid], sid, row.fields,
+                key = stage_keys[sid]
+                append(SubjectTask(key, sid, row.fields,
                                    {need: upstream[need][sid] for need in needs} if needs else {},
-                                   work_root + safe, f"{log_root}{safe}.log"))
+                                   f"{work_root}{safe}/{key_folder(key)}", f"{log_root}{safe}.log"))
         return tasks
 
     def need_results(self, need: str, members: Sequence[str]) -> Any:
@@ -583,10 +617,52 @@ class _StudyRunner:
         need_plan = self.plans[need]
         if need_plan.kind == "map":
             keys = {sid: need_plan.keys[sid] for sid in members}
-            results = self.store.results(keys.values())
+            results = self.read_results(need, list(keys.values()))
             return {sid: results.get(key) for sid, key in keys.items()}
         key = need_plan.keys[GROUP_SUBJECT]
-        return self.store.results([key]).get(key)
+        return self.read_results(need, [key]).get(key)
+
+    def read_results(self, need: str, keys: list[str]) -> dict[str, Any]:
+        """Stored results of a stage that ran (or was cached) in this run, checksums verified.
+
+        A result that fails its check is never passed on: its subjects are recomputed in
+        their own stage first (once), then read again.
+        """
+        try:
+            return self.store.results(keys)
+        except UnreadableResults as exc:
+            self.recompute(need, exc)
+            return self.store.results(keys)
+
+    def recompute(self, name: str, exc: UnreadableResults) -> None:
+        plan = self.plans.get(name)
+        sids = [sid for stage, sid, _key, _why in exc.bad if stage == name and plan is not None and sid in plan.status]
+        if plan is None or not sids or name in self.recomputing:
+            raise exc
+        self.recomputing.add(name)
+        try:
+            why = exc.bad[0][3]
+            message = (f"stage {name!r}: the stored result of {len(sids)} subject(s) is unreadable ({why}): "
+                       f"{', '.join(sids[:5])}{' ...' if len(sids) > 5 else ''}; recomputing")
+            self.warnings.append(message)
+            self.emit({"event": "warning", "message": message})
+            for sid in sids:
+                plan.status[sid] = SubjectStatus.STALE
+                plan.reasons[sid] = [f"stored result unreadable: {why}"]
+            stage = self.recipe.stage(name)
+            counts = self.counts.setdefault(name, StageCounts(total=len(plan.keys)))
+            counts.cached = max(0, counts.cached - len(sids))
+            policy = self.recipe.stage_policy(name)
+            if stage.kind == "train":
+                self.run_train(stage, plan, policy, counts)
+            else:
+                self.run_with_backend(stage, plan, policy, sids, counts)
+            still = [sid for sid in sids if plan.status.get(sid) is not SubjectStatus.DONE]
+            if still:
+                raise StoreError(f"stage {name!r}: the unreadable stored result of {', '.join(still[:5])} "
+                                 "could not be recomputed (see the failures above); the run stops here")
+        finally:
+            self.recomputing.discard(name)
 
     def group_inputs(self, stage: StageSpec, plan: StagePlan) -> dict[str, Any]:
         """For a collect stage: subject -> result (one need) or subject -> {need: result}."""
@@ -605,7 +681,7 @@ class _StudyRunner:
             subject_id=GROUP_SUBJECT,
             fields={"subjects": {sid: self.rows[sid].fields for sid in plan.members if sid in self.rows}},
             inputs=self.group_inputs(stage, plan),
-            workdir=str(work_dir(self.run_root, stage.name, GROUP_FILE_NAME)),
+            workdir=str(work_dir(self.run_root, stage.name, GROUP_FILE_NAME, plan.keys[GROUP_SUBJECT])),
             log_path=str(self.run.subject_log(stage.name, GROUP_FILE_NAME)),
         )
 
@@ -625,7 +701,7 @@ class _StudyRunner:
         inputs = {need: self.need_results(need, plan.members) for need in stage.needs}
         task = SubjectTask(
             key=plan.keys[GROUP_SUBJECT], subject_id=GROUP_SUBJECT, fields={}, inputs=inputs,
-            workdir=str(work_dir(self.run_root, stage.name, GROUP_FILE_NAME)),
+            workdir=str(work_dir(self.run_root, stage.name, GROUP_FILE_NAME, plan.keys[GROUP_SUBJECT])),
             log_path=str(self.run.stage_dir(stage.name)),
         )
         Path(task.workdir).mkdir(parents=True, exist_ok=True)

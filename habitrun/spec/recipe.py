@@ -7,7 +7,7 @@ These models validate structure and the stage graph. Reading the file
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import (
     BaseModel,
@@ -28,6 +28,7 @@ IMPORT_PATH_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*([:.][
 
 StageKind = Literal["map", "collect", "train"]
 StdStream = Literal["none", "out", "err", "all"]
+FileNeed = Literal["required", "optional"]
 
 
 def _optional_policy_fields() -> dict[str, Any]:
@@ -63,6 +64,27 @@ class SubjectsSpec(BaseModel):
     id: str = Field(default="subject_id", description="Column holding the subject id.")
     include: Optional[tuple[str, ...]] = Field(default=None, description="Only these ids (null: all).")  # noqa: UP045
     exclude: tuple[str, ...] = Field(default=(), description="Ids to leave out.")
+    files: Optional[Union[tuple[str, ...], dict[str, FileNeed]]] = Field(  # noqa: UP007, UP045
+        default=None,
+        description="Manifest columns whose values are input files (paths relative to the recipe, several separated by ';', a folder meaning every file under it): a list (each required) or {column: required|optional}. Their content enters the subjects' keys.",
+    )
+
+    def file_columns(self) -> dict[str, bool]:
+        """column -> required, for every column named in ``files``."""
+        if self.files is None:
+            return {}
+        if isinstance(self.files, dict):
+            return {col: need == "required" for col, need in self.files.items()}
+        return dict.fromkeys(self.files, True)
+
+    @field_validator("files")
+    @classmethod
+    def _files_once(cls, value: Any) -> Any:
+        if isinstance(value, tuple):
+            for i, col in enumerate(value):
+                if col in value[:i]:
+                    raise ValueError(f"files lists column {col!r} twice")
+        return value
 
     @field_validator("include", "exclude", mode="before")
     @classmethod
@@ -118,6 +140,17 @@ class StageSpec(BaseModel):
     needs: tuple[str, ...] = Field(default=(), description="Stages whose results this stage reads.")
     policy: Optional[PolicyOverride] = Field(default=None, description="Fields of the recipe's policy this stage overrides.")  # type: ignore[valid-type]  # noqa: UP045
     launch: Optional[LaunchSpec] = Field(default=None, description="Rank-group options (train).")  # noqa: UP045
+    inputs: tuple[str, ...] = Field(default=(), description="Files the stage reads that are not in the manifest (an atlas, a checkpoint): paths or globs relative to the recipe; their content enters every key of the stage.")
+    fields: Optional[tuple[str, ...]] = Field(default=None, description="The manifest columns this stage uses: only these enter its keys (null: every column).")  # noqa: UP045
+    code_version: Optional[str] = Field(default=None, min_length=1, description="Replaces the automatic code fingerprint: only this text counts for the code (bump it to rerun).")  # noqa: UP045
+
+    @field_validator("code_version", mode="before")
+    @classmethod
+    def _number_as_version(cls, value: Any) -> Any:
+        """``code_version: 2`` is the text "2"."""
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)
+        return value
 
     @field_validator("command", mode="before")
     @classmethod
@@ -146,6 +179,9 @@ class StageSpec(BaseModel):
                 problems.append((where, "a train stage needs exactly one of 'entrypoint' or 'command'"))
         if self.kind == "collect" and not self.needs:
             problems.append((("kind",), "a collect stage needs at least one stage in 'needs'"))
+        for i, col in enumerate(self.fields or ()):
+            if col in (self.fields or ())[:i]:
+                problems.append((("fields", i), f"'fields' lists column {col!r} twice"))
         for i, need in enumerate(self.needs):
             if need in self.needs[:i]:
                 problems.append((("needs", i), f"'needs' lists stage {need!r} twice"))

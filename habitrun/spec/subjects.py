@@ -376,3 +376,23 @@ def _missing_id_hint(name: str, subject_id: str, known: dict[str, int]) -> str:
             return f" (did you mean {same!r}? write {name}: [{same!r}] — ids are text)"
     close = difflib.get_close_matches(subject_id, list(known), n=1) if len(known) <= 5000 else []
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def row_locations(loaded: LoadedRecipe, ids: set[str]) -> dict[str, str]:
+    """subject id -> ``manifest:line`` of its row, for messages about a few subjects.
+
+    Reads the manifest again: this is the error path, and rows do not carry their lines.
+    """
+    spec = loaded.recipe.subjects
+    path = Path(spec.manifest).expanduser()
+    path = path if path.is_absolute() else loaded.root / path
+    try:
+        table = read_manifest(path, spec.manifest)
+    except (OSError, RecipeError):
+        return {}
+    out: dict[str, str] = {}
+    for ref, fields in table.rows:
+        sid = _id_text(fields.get(spec.id))
+        if sid in ids and sid not in out:
+            out[sid] = f"{table.source}:{table.line(ref)}"
+    return out

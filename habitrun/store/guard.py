@@ -18,8 +18,8 @@ from habitrun.errors import StoreError
 
 DB_NAME = "cache.db"  # diskcache's database file name
 STORE_FORMAT = "habitrun-checkpoint-store"
-STORE_VERSION = 2
-UPGRADABLE_VERSIONS = (1,)  # older formats that opening a store upgrades in place
+STORE_VERSION = 3
+UPGRADABLE_VERSIONS = (1, 2)  # older formats: upgraded in place by `run`, read as they are by read-only commands
 META_TABLE = "habitrun_meta"
 LOCK_NAME = "habitrun.lock"
 _SQLITE_HEADER = b"SQLite format 3\x00"
@@ -86,7 +86,9 @@ def _check_database(directory: Path, db: Path) -> StoreDirState:
             raise _refuse(directory, f"{DB_NAME} is an SQLite database of something else")
         meta = dict(con.execute(f"SELECT name, value FROM {META_TABLE}").fetchall())
     except sqlite3.DatabaseError as exc:
-        raise _refuse(directory, f"{DB_NAME} is damaged ({exc})") from None
+        meta = _meta_of_damaged(db)
+        if meta is None:
+            raise _refuse(directory, f"{DB_NAME} is damaged ({exc})") from None
     finally:
         con.close()
     if meta.get("format") != STORE_FORMAT:
@@ -104,3 +106,35 @@ def _check_database(directory: Path, db: Path) -> StoreDirState:
             + "or point policy.checkpoint_dir at a new folder."
         )
     return StoreDirState.HABITRUN
+
+
+def empty_store_file(directory: Path) -> str | None:
+    """A message when the store's database file exists but is empty (0 bytes), else None.
+
+    Such a file is treated as no store (a crash while creating one leaves it), but it may
+    also be a store that was truncated: whatever it held is gone, and the user is told so.
+    """
+    db = Path(directory) / DB_NAME
+    try:
+        if not db.is_file() or db.stat().st_size != 0:
+            return None
+    except OSError:
+        return None
+    return (f"the checkpoint store file {db} is empty (0 bytes): nothing stored in it can be used "
+            "(a crash while creating it, or a truncated file); every subject is treated as never run")
+
+
+def _meta_of_damaged(db: Path) -> dict[str, str] | None:
+    """The marker table of a file SQLite refuses (truncated), read from an in-memory copy."""
+    from habitrun.store.damage import open_for_reading  # the damage tools, only when needed
+
+    try:
+        con, _ = open_for_reading(db)
+    except (sqlite3.Error, OSError):
+        return None
+    try:
+        return dict(con.execute(f"SELECT name, value FROM {META_TABLE}").fetchall())
+    except sqlite3.Error:
+        return None
+    finally:
+        con.close()

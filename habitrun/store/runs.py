@@ -3,12 +3,13 @@
 A run folder holds the resolved recipe (what `resume` replays), where it
 came from (``source.json``), the provenance record, the event log, and one
 log file per subject per stage. Work folders live outside runs
-(``<run_root>/work/<stage>/<subject>``) so a resumed run finds a subject's
-files where the killed run left them.
+(``<run_root>/work/<stage>/<subject>/<key folder>``, see :func:`work_dir`) so a
+resumed run finds a subject's files where the killed run left them.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import secrets
@@ -216,6 +217,27 @@ def latest_run(run_root: Path) -> RunFolder | None:
     return runs[-1] if runs else None
 
 
-def work_dir(run_root: Path, stage: str, safe: str) -> Path:
-    """A subject's work folder for a stage, the same in every run (not created here)."""
-    return Path(run_root) / "work" / stage / safe
+WORK = "work"
+KEY_FOLDER_CHARS = 12  # hex characters of a cache key's digest naming its work folder
+
+
+def key_folder(key: str) -> str:
+    """The name of a cache key's own work folder: a short digest of the key."""
+    return hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=KEY_FOLDER_CHARS // 2).hexdigest()
+
+
+def is_key_folder(name: str) -> bool:
+    return len(name) == KEY_FOLDER_CHARS and all(c in "0123456789abcdef" for c in name)
+
+
+def work_dir(run_root: Path, stage: str, safe: str, key: str | None = None) -> Path:
+    """A subject's work folder for a stage (not created here).
+
+    With ``key`` (as the engine uses it): ``work/<stage>/<subject>/<key folder>``, one per
+    cache key, the same in every run of that key: a resumed run finds the files the killed
+    one left, and a result never names the files of another version of itself (change a
+    param and back: the old version's folder is still there, untouched). Without ``key``:
+    the subject's folder holding them.
+    """
+    folder = Path(run_root) / WORK / stage / safe
+    return folder if key is None else folder / key_folder(key)

@@ -104,3 +104,65 @@ def test_run_on_a_format_1_store_keeps_its_records(tmp_path: Path) -> None:
         assert store.count("prep") == 3 and store.count("a") == 2
         assert store.results(["prep.k2"]) == {"prep.k2": list(range(20000))}
         assert sorted(store.results(store.stage_keys("a")).values()) == [2, 4]
+
+
+V2 = Path(__file__).parent / "data" / "store_v2"
+STUDY_V2 = Path(__file__).parent / "data" / "study_v2"
+
+
+@pytest.mark.timeout(60)
+def test_a_format_2_store_is_upgraded_and_its_results_without_checksum_stay_valid(tmp_path: Path) -> None:
+    folder = tmp_path / "store"
+    shutil.copytree(V2, folder)
+    assert _version(folder) == "2"
+    with CheckpointStore.open(folder) as store:
+        assert store.results(["prep.k1", "prep.k2", "prep.k4"]) == {
+            "prep.k1": {"volume": 12.5, "label": "a"}, "prep.k2": list(range(20000)), "prep.k4": 7}
+        assert store.states(["prep.k3"])["prep.k3"].error == "ValueError: bad spacing"
+        assert store.unreadable("prep") == {}
+        store.verify_rows = True
+        assert store.unreadable("prep") == {}  # no checksum to compare with: valid
+        store.put([Record("prep", "prep.k5", "S5", True, "new")])
+        assert store.results(["prep.k5"]) == {"prep.k5": "new"}
+        # an old success replaced (no checksum before): counted as a different result, to be safe
+        store.put([Record("prep", "prep.k4", "S4", True, 7)])
+        assert set(store.changed("prep")) == {"prep.k4"}
+        store.put([Record("prep", "prep.k4", "S4", True, 7)])  # the same again: no new change
+        assert store.changed("prep")["prep.k4"][0] == "S4"
+    assert _version(folder) == str(STORE_VERSION) == "3"
+    con = sqlite3.connect(folder / "cache.db")
+    digests = dict(con.execute("SELECT key, digest FROM habitrun_record"))
+    con.close()
+    assert digests["prep.k1"] is None and digests["prep.k5"] is not None
+
+
+@pytest.mark.timeout(120)
+def test_a_study_run_by_the_format_2_habitrun_plans_all_done_and_runs_nothing(tmp_path: Path) -> None:
+    study = tmp_path / "study"
+    shutil.copytree(STUDY_V2, study, ignore=shutil.ignore_patterns("store"))
+    shutil.copytree(STUDY_V2 / "store", study / ".habitrun" / "store")
+    db = study / ".habitrun" / "store" / "cache.db"
+    before = db.read_bytes()
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        done = subprocess.run([sys.executable, "-m", "habitrun.cli.app", *args], capture_output=True, text=True,
+                              timeout=100, cwd=study)
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stdout + done.stderr
+        return done
+
+    assert "nothing to run: every stage is done" in cli("plan", "recipe.yaml").stdout
+    assert db.read_bytes() == before and _version(db.parent) == "2"  # plan neither upgraded nor wrote it
+    def written() -> dict:
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            return dict(con.execute("SELECT key, written_at FROM habitrun_record"))
+        finally:
+            con.close()
+
+    stored = written()
+    ran = cli("run", "recipe.yaml", "--quiet").stdout
+    # upgraded, nothing recomputed: every record kept its time (run moves them to today's keys)
+    assert _version(db.parent) == "3" and sorted(written().values()) == sorted(stored.values())
+    assert "nothing to run: every stage is done" in cli("plan", "recipe.yaml").stdout, ran
+    with CheckpointStore.open(db.parent, create=False, read_only=True) as store:
+        assert store.count() == 7 and store.changed("feat") == {}

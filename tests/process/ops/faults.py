@@ -130,7 +130,8 @@ def start_daemon(pidfile):
     if pid == 0:
         os.setsid()
         if os.fork() == 0:
-            Path(pidfile).write_text(str(os.getpid()))
+            Path(f"{pidfile}.tmp").write_text(str(os.getpid()))
+            os.replace(f"{pidfile}.tmp", pidfile)  # whole or absent: the subject may end right after it appears
             time.sleep(120)
         os._exit(0)
     os.waitpid(pid, 0)
