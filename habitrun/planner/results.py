@@ -43,7 +43,7 @@ def open_store(loaded: LoadedRecipe) -> CheckpointStore:
     store_dir = loaded.store_dir()
     if not CheckpointStore.exists(store_dir):
         raise StoreError(f"no checkpoint store at {store_dir} yet: run the study first (habitrun run)")
-    return CheckpointStore.open(store_dir, create=False)
+    return CheckpointStore.open(store_dir, create=False, read_only=True)
 
 
 def stage_of(plan: Plan, stage: str) -> StagePlan:

@@ -50,7 +50,7 @@ def test_a_store_without_the_table_is_read_without_adding_it(tmp_path: Path) -> 
     con.execute(f"DROP TABLE {TRACE_TABLE}")
     con.commit()
     con.close()
-    with CheckpointStore.open(directory, create=False) as store:
+    with CheckpointStore.open(directory, create=False, read_only=True) as store:  # status, trace, report...
         assert store.trace() == []
     assert TRACE_TABLE not in _tables(directory)
     with CheckpointStore.open(directory) as store:  # a writer adds it
