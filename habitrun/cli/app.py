@@ -45,7 +45,8 @@ def _root(
     """Run a study's per-subject pipeline from a YAML recipe; resume it after any crash."""
 
 
-COMMAND_MODULES = ("validate", "schema", "init", "plan", "run", "resume", "status", "gc")
+COMMAND_MODULES = ("validate", "schema", "init", "plan", "run", "resume", "status", "gc", "trace", "results",
+                   "report")
 
 
 def load_commands() -> typer.Typer:

@@ -25,6 +25,7 @@ from habitrun.engine.recorder import Recorder
 from habitrun.engine.selection import stages_for, unknown_ids
 from habitrun.engine.signals import exit_code_for, signal_name, stop_on_signals
 from habitrun.engine.stopnotice import StopNotices
+from habitrun.engine.tracing import done_event, failed_event, trace_row
 from habitrun.errors import (
     EXIT_FAILED_SUBJECTS,
     EXIT_OK,
@@ -533,10 +534,14 @@ class _StudyRunner:
         fail_fast = policy.on_subject_failure == "fail_fast"
 
         finished = self.finished.setdefault(stage.name, set())
+        run_id = self.run.run_id
+        queued_at = time.time()  # when the current round's tasks were handed to the backend
 
         def report(outcomes: list[SubjectOutcome]) -> None:
             records: list[Record] = []
             events: list[dict[str, Any]] = []
+            trace: list[tuple] = []
+            now = time.time()
             for outcome in outcomes:
                 task = outcome.task
                 sid = task.subject_id
@@ -547,9 +552,9 @@ class _StudyRunner:
                     if task.attempt > 1:
                         self.retried.setdefault(stage.name, set()).add(sid)
                     records.append(self.record(stage.name, plan, task, outcome))
-                    events.append({"event": "subject_done", "stage": stage.name, "subject": sid,
-                                   "attempt": task.attempt, "duration_sec": round(outcome.duration_sec, 6),
-                                   "pid": outcome.worker_pid})
+                    row = trace_row(run_id, stage.name, outcome, "done", queued_at, now)
+                    trace.append(row)
+                    events.append(done_event(stage.name, row))
                     continue
                 if outcome.kind == FailureKind.DISK_FULL:  # the machine's fault: stop, record nothing
                     events.append({"event": "subject_failed", "stage": stage.name, "subject": sid,
@@ -561,9 +566,9 @@ class _StudyRunner:
                 # Once a stop is asked for, a failure with attempts left is not run (a resume
                 # runs it), never a recorded failure: its last chance was taken by the stop.
                 final = task.attempt > rounds or fail_fast or not policy.retries(outcome.kind)
-                events.append({"event": "subject_failed", "stage": stage.name, "subject": sid,
-                               "attempt": task.attempt, "kind": outcome.kind, "error": outcome.error,
-                               "final": final, "log": task.log_path, "pid": outcome.worker_pid})
+                row = trace_row(run_id, stage.name, outcome, "failed" if final else "retried", queued_at, now)
+                trace.append(row)
+                events.append(failed_event(stage.name, row, final))
                 if final:
                     plan.status[sid] = SubjectStatus.FAILED
                     counts.failed += 1
@@ -575,11 +580,12 @@ class _StudyRunner:
                         self.stop.set(f"fail_fast: subject {sid} failed in stage {stage.name!r}: {outcome.error}")
                 else:
                     retry.append(replace(task, attempt=task.attempt + 1))
-            self.recorder.submit(records, events)  # stored first, then reported
+            self.recorder.submit(records, events, trace)  # stored first, then reported
 
         pending = tasks
         while pending and not self.stop.is_set():
             retry: list[SubjectTask] = []
+            queued_at = time.time()
             backend.run_tasks(op, pending, report, self.stop)
             self.recorder.flush()
             self.apply_unstorable(plan, counts)
@@ -730,13 +736,16 @@ class _StudyRunner:
                                  traceback=result.traceback, duration_sec=result.duration_sec)
         task.attempt = max(1, result.attempts)
         task.log_path = result.log_dir
+        # The launcher's ranks are measured by neither side: the row keeps wall times only.
+        row = trace_row(self.run.run_id, stage.name, outcome, "done" if result.ok else "failed", None, time.time())
         if result.ok:
             plan.status[GROUP_SUBJECT] = SubjectStatus.DONE
             counts.done += 1
             self.finished.setdefault(stage.name, set()).add(GROUP_SUBJECT)
             self.recorder.submit([self.record(stage.name, plan, task, outcome)],
                                  [{"event": "subject_done", "stage": stage.name, "subject": GROUP_SUBJECT,
-                                   "attempt": task.attempt, "duration_sec": round(result.duration_sec, 3)}])
+                                   "attempt": task.attempt, "duration_sec": round(result.duration_sec, 3)}],
+                                 [row])
             self.recorder.flush()
             self.apply_unstorable(plan, counts)
         elif not self.stop.is_set():
@@ -748,7 +757,7 @@ class _StudyRunner:
             self.recorder.submit([self.record(stage.name, plan, task, outcome)],
                                  [{"event": "subject_failed", "stage": stage.name, "subject": GROUP_SUBJECT,
                                    "attempt": task.attempt, "kind": outcome.kind, "error": result.error,
-                                   "final": True, "log": result.log_dir}])
+                                   "final": True, "log": result.log_dir}], [row])
             self.recorder.flush()
             if policy.on_subject_failure == "fail_fast":
                 self.stop.set(f"fail_fast: train stage {stage.name!r} failed: {result.error}")

@@ -176,6 +176,7 @@ class RunPolicy(BaseModel):
     dask: DaskSettings | None = Field(default=None, description="Dask cluster settings (backend: dask only).")
     cache: CacheMode = Field(default="standard", description="How input files enter keys: standard (content; a file whose size, mtime and inode are unchanged is not read again), deep (content, every file read every plan), lenient (path and size only, never read).")
     rerun_on_package_change: bool = Field(default=False, description="Put the versions of the third-party packages a stage's code imports into its keys (default: a change is only reported by plan and status).")
+    report: bool = Field(default=False, description="Write report.html (habitrun report) into the run folder at the end of every run.")
 
     @field_validator("force_rerun_subjects", mode="before")
     @classmethod
