@@ -6,7 +6,14 @@ checkpoint store with a success for every subject of every stage through
 `habitrun plan` does it: load the recipe, read the manifest, open the store,
 plan. Prints a table.
 
-    /work/venv/bin/python benchmarks/plan_scale.py [--subjects 100000] [--repeat 3]
+Then the same with two file columns (``subjects.files: [image, mask]``): one
+small real file per subject and column (200,000 files for 100,000 subjects).
+The first plan reads and hashes every file (the store's file table is empty);
+it is compared with ``cat`` and ``b2sum`` reading the same files (warm page
+cache for all three). The no-op plan, everything done and the table filled,
+costs one ``stat`` per file.
+
+    /work/venv/bin/python benchmarks/plan_scale.py [--subjects 100000] [--repeat 3] [--file-bytes 1024]
 
 With ``--sizes 10000,100000,1000000`` it instead builds a study of each size
 and plans it in a fresh process (``--repeat`` times), printing each step's
@@ -18,7 +25,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
+import shutil
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -64,9 +74,112 @@ def build(folder: Path, n: int) -> Path:
     return recipe
 
 
+FILES_RECIPE = RECIPE.replace(
+    "subjects: {manifest: subjects.csv}", "subjects: {manifest: subjects.csv, files: [image, mask]}"
+).replace("name: plan-scale", "name: plan-scale-files")
+
+
+def build_with_files(folder: Path, n: int, size: int) -> tuple[Path, int]:
+    """The study with an image and a mask file per subject; returns the recipe and the bytes written."""
+    (folder / "ops.py").write_text(OPS)
+    total = 0
+    for column in ("img", "msk"):
+        data = folder / "data" / column
+        for start in range(0, n, 1000):  # 1000 files a folder, like a study's series folders
+            sub = data / f"{start // 1000:03d}"
+            sub.mkdir(parents=True)
+            for i in range(start, min(n, start + 1000)):
+                body = (f"{column} S{i:06d} ".encode() * (size // 12 + 1))[:size]
+                (sub / f"S{i:06d}.dat").write_bytes(body)
+                total += len(body)
+    lines = ["subject_id,site,age,image,mask"]
+    lines += [f"S{i:06d},site{i % 7},{20 + i % 60},data/img/{i // 1000:03d}/S{i:06d}.dat,"
+              f"data/msk/{i // 1000:03d}/S{i:06d}.dat" for i in range(n)]
+    (folder / "subjects.csv").write_text("\n".join(lines) + "\n")
+    recipe = folder / "recipe.yaml"
+    recipe.write_text(FILES_RECIPE)
+    return recipe, total
+
+
+def fill_store(recipe: Path) -> tuple[int, float]:
+    """A success for every subject of every stage; (records, seconds)."""
+    loaded = load_recipe(recipe)
+    subjects = load_subjects(loaded)
+    store = CheckpointStore.open(loaded.store_dir())
+    first = plan_study(loaded, subjects, store)
+    t0 = time.perf_counter()
+    n_records = 0
+    for stage in first:
+        batch: list[Record] = []
+        for sid, key in stage.keys.items():
+            batch.append(Record(stage=stage.name, key=key, subject_id=sid, ok=True, result=1,
+                                components=stage.components_json(sid)))
+            if len(batch) == 1000:
+                store.put(batch)
+                n_records += len(batch)
+                batch = []
+        store.put(batch)
+        n_records += len(batch)
+    store.close()
+    return n_records, time.perf_counter() - t0
+
+
+def forget_files(recipe: Path) -> None:
+    """Empty the store's file table and column snapshots: the next plan hashes every file again."""
+    con = sqlite3.connect(load_recipe(recipe).store_dir() / "cache.db")
+    con.execute("DELETE FROM habitrun_file")
+    con.execute("DELETE FROM habitrun_meta WHERE name LIKE 'files:%'")
+    con.commit()
+    con.close()
+
+
+def floor_sec(tool: str, folder: Path) -> float | None:
+    """Seconds for ``tool`` to read every data file (find | xargs), or None without it."""
+    if shutil.which(tool) is None:
+        return None
+    t0 = time.perf_counter()
+    subprocess.run(f"find data -type f -print0 | xargs -0 {tool} > /dev/null", shell=True, cwd=folder, check=True)
+    return time.perf_counter() - t0
+
+
+def with_files(n: int, repeat: int, size: int) -> None:
+    with tempfile.TemporaryDirectory(prefix="habitrun-plan-files-") as tmp:
+        folder = Path(tmp)
+        t0 = time.perf_counter()
+        recipe, total = build_with_files(folder, n, size)
+        print(f"\nwith 2 file columns: {2 * n:,} files of {size} bytes ({total / 1e6:.0f} MB), "
+              f"written in {time.perf_counter() - t0:.1f} s")
+        n_records, _ = fill_store(recipe)
+        floor_sec("cat", folder)  # warm the page cache for everyone alike
+        print(f"{'run':>4} {'first plan (hash all)':>22} {'cpu':>7} {'MB/s':>6} {'no-op plan (stat)':>18} {'cpu':>7}")
+        best_first = best_noop = best_noop_cpu = None
+        for i in range(repeat):
+            forget_files(recipe)
+            first, plan = plan_once(recipe)
+            assert plan.counts()["done"] == n_records, plan.counts()
+            noop, plan = plan_once(recipe)
+            assert plan.counts()["done"] == n_records, plan.counts()
+            print(f"{i + 1:>4} {first['total']:>21.3f}s {first['cpu']:>6.3f}s {total / 1e6 / first['total']:>6.0f} "
+                  f"{noop['total']:>17.3f}s {noop['cpu']:>6.3f}s")
+            best_first = first["total"] if best_first is None else min(best_first, first["total"])
+            best_noop = noop["total"] if best_noop is None else min(best_noop, noop["total"])
+            best_noop_cpu = noop["cpu"] if best_noop_cpu is None else min(best_noop_cpu, noop["cpu"])
+        print()
+        for tool in ("cat", "b2sum"):
+            sec = floor_sec(tool, folder)
+            if sec is not None and best_first:
+                print(f"{tool + ' of the same files':<28} {sec:7.3f} s  {total / 1e6 / sec:6.0f} MB/s   "
+                      f"first plan / {tool}: {best_first / sec:.2f}x")
+        print(f"best first plan (hash {2 * n:,} files, incl. manifest): {best_first:.3f} s")
+        print(f"best no-op plan (stat {2 * n:,} files, incl. manifest): {best_noop:.3f} s wall, "
+              f"{best_noop_cpu:.3f} s cpu   (target <= 1.5 s)")
+        print(f"files hashed per second (first plan): {2 * n / best_first:,.0f}; cpu count {os.cpu_count()}")
+
+
 def plan_once(recipe: Path) -> tuple[dict[str, float], object]:
     """Wall times of each step, and the CPU time of the plan step (the machine is shared)."""
     times: dict[str, float] = {}
+    c0 = time.process_time()
     t0 = time.perf_counter()
     loaded = load_recipe(recipe)
     t1 = time.perf_counter()
@@ -78,33 +191,10 @@ def plan_once(recipe: Path) -> tuple[dict[str, float], object]:
     plan = plan_study(loaded, subjects, store)
     t4 = time.perf_counter()
     times["plan_cpu"] = time.process_time() - c3
+    times["cpu"] = time.process_time() - c0  # user + system time of every step (the machine is shared)
     store.close()
     times.update(load_recipe=t1 - t0, load_subjects=t2 - t1, open_store=t3 - t2, plan=t4 - t3, total=t4 - t0)
     return times, plan
-
-
-def fill_store(recipe: Path) -> tuple[int, float]:
-    """Store a success for every subject of every stage; (records, seconds)."""
-    loaded = load_recipe(recipe)
-    subjects = load_subjects(loaded)
-    store = CheckpointStore.open(loaded.store_dir())
-    first = plan_study(loaded, subjects, store)
-    t0 = time.perf_counter()
-    n_records = 0
-    for stage in first:
-        batch: list[Record] = []
-        for sid, key in stage.keys.items():
-            batch.append(Record(stage=stage.name, key=key, subject_id=sid, ok=True, result=1,
-                                components=stage.components[sid]))
-            if len(batch) == 1000:
-                store.put(batch)
-                n_records += len(batch)
-                batch = []
-        store.put(batch)
-        n_records += len(batch)
-    build_sec = time.perf_counter() - t0
-    store.close()
-    return n_records, build_sec
 
 
 STEPS = ("load_recipe", "load_subjects", "open_store", "plan", "total")
@@ -156,6 +246,8 @@ def main() -> None:
     parser.add_argument("--sizes", default=None,
                         help="comma-separated subject counts, e.g. 10000,100000,1000000: the scaling table")
     parser.add_argument("--measure", type=Path, default=None, help=argparse.SUPPRESS)  # the child of --sizes
+    parser.add_argument("--file-bytes", type=int, default=1024, help="size of each input file")
+    parser.add_argument("--no-files", action="store_true", help="skip the study with file columns")
     args = parser.parse_args()
     if args.measure is not None:
         measure_child(args.measure)
@@ -184,6 +276,8 @@ def main() -> None:
         print()
         print(f"best plan step (keys + store + statuses, all done): {best_plan:.3f} s")
         print(f"best total (recipe + manifest + store + plan):      {best:.3f} s")
+    if not args.no_files:
+        with_files(args.subjects, args.repeat, args.file_bytes)
 
 
 if __name__ == "__main__":

@@ -77,3 +77,15 @@ class LaunchError(HabitrunError):
     """A rank group could not be started or failed past its restarts."""
 
     exit_code = EXIT_FAILED_SUBJECTS
+
+
+class UsageError(HabitrunError):
+    """A command was asked for something that is not there (an unknown stage or run; exit 2)."""
+
+
+class MissingExtra(HabitrunError):
+    """An optional dependency is not installed; the message names the extra to install (exit 2)."""
+
+    def __init__(self, what: str, package: str, extra: str) -> None:
+        super().__init__(f"{what} needs {package}, which is not installed: "
+                         f"pip install 'habitrun[{extra}]' (or pip install {package})")

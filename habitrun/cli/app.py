@@ -31,12 +31,15 @@ from habitrun.spec.opcheck import discard_early, start_early
 COMMANDS: dict[str, str] = {
     "validate": "Check a recipe without running it: schema, stage graph, manifest, operators.",
     "schema": "Write schemas/recipe.schema.json and schemas/run-policy.schema.json.",
-    "init": "Write a small working study: recipe.yaml, subjects.csv, study_ops/.",
+    "init": "Write a small working study: recipe.yaml, data/ (found by subjects.from), clinical.csv, study_ops/.",
     "plan": "Show what a run would do, per stage: done / failed / stale / pending / forced / blocked.",
     "run": "Run every stage for every subject; subjects already stored as done are skipped.",
     "resume": "Finish the latest run: nothing that finished is repeated, nothing is lost.",
     "status": "Show the last run: outcome, per stage counts, each failed subject with its log file.",
     "gc": "Delete work folders and stored records that no current cache key uses (dry run by default).",
+    "trace": "Write one row per subject attempt: outcome, times, CPU, peak memory, I/O, worker, host, GPU.",
+    "results": "Write a stage's current results: one row per subject, the result's keys as columns.",
+    "report": "Write a run's report: one HTML file that opens offline, charts included.",
 }
 COMMAND_MODULES = tuple(COMMANDS)
 

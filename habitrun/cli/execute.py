@@ -19,6 +19,7 @@ import typer
 from rich.console import Console
 
 from habitrun.cli.progress import RunDisplay
+from habitrun.cli.report import write_run_report
 from habitrun.cli.summary import print_summary
 from habitrun.engine.runner import run_study
 from habitrun.errors import StoreWriteError
@@ -78,10 +79,11 @@ def retry_command(command: str, target: str, overrides: Sequence[str], selection
 
 
 def execute(console: Console, loaded: LoadedRecipe, *, quiet: bool, recipe_arg: str, retry: str,
-            selection: Selection, resume: str, **run_kwargs: Any) -> NoReturn:
+            selection: Selection, resume: str, report: bool = False, **run_kwargs: Any) -> NoReturn:
     """Check the operators (in a child, while the manifest loads), run, print the summary, exit.
 
     ``resume`` is the command that continues the run, named when a full disk stops it.
+    ``report`` (or ``policy.report``) writes the run's HTML report into its folder at the end.
     """
     try:
         with OperatorCheck.start(loaded) as operators, RunDisplay(console, quiet=quiet) as display:
@@ -91,4 +93,6 @@ def execute(console: Console, loaded: LoadedRecipe, *, quiet: bool, recipe_arg: 
     except StoreWriteError as exc:  # a full disk: stopped; say how to go on from here
         raise exc.with_resume(resume) from None
     print_summary(console, summary, recipe_arg=recipe_arg, retry_command=retry)
+    if report or loaded.recipe.policy.report:
+        write_run_report(console, loaded, summary.run)
     raise typer.Exit(summary.exit_code)

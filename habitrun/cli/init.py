@@ -1,6 +1,7 @@
 """`habitrun init DIR`: a small working study to start from.
 
-It writes a recipe (with the editor-schema header), a manifest, an operator
+It writes a recipe (with the editor-schema header), a small data/ tree whose
+files the recipe finds (subjects.from), a clinical manifest, an operator
 package ``study_ops/`` (a function, a class and a collect operator) and the
 JSON Schemas the header points to. It never overwrites a file.
 """
@@ -53,7 +54,7 @@ def init(
     folder: Path = typer.Argument(..., help="Folder for the new study (created if missing)."),
     name: str = typer.Option(None, "--name", help="Study name (default: the folder's name)."),
 ) -> None:
-    """Write a small working study: recipe.yaml, subjects.csv, study_ops/."""
+    """Write a small working study: recipe.yaml, data/ (found by subjects.from), clinical.csv, study_ops/."""
     files = study_files(name or folder.resolve().name or "study")
     clashes = [rel for rel in files if (folder / rel).exists()]
     if clashes:

@@ -4,7 +4,9 @@ Reads the recipe, the manifest and (if there is one) the checkpoint store,
 and prints per stage how many subjects are done, failed, stale, pending,
 forced or blocked. ``--reason`` says why each one that would run (or
 cannot) is in that state; ``--json`` prints it all for machines. A store is
-never created or written here.
+never created here, and no record is written: only the digests of input files
+that had to be read go into an existing store's file table, so the next plan
+does not read them again.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from rich.table import Table
 
 from habitrun.cli.app import app, err_console
 from habitrun.cli.text import esc
+from habitrun.cli.validate import subjects_lines
 from habitrun.errors import EXIT_USAGE
 from habitrun.planner.plan import Plan, StagePlan, SubjectStatus, plan_study
 from habitrun.spec.loader import LoadedRecipe, load_recipe
@@ -124,13 +127,29 @@ def reason_groups(stage: StagePlan, store: CheckpointStore | None) -> dict[tuple
     return groups
 
 
+def print_package_changes(console: Console, plan: Plan) -> None:
+    """Per stage, the packages its code imports whose version changed since its stored results."""
+    for stage in plan:
+        if stage.package_changes:
+            console.print(
+                f"[yellow]packages[/] {esc(stage.name)}: {esc(', '.join(stage.package_changes))} since these results"
+                " (not rerun; policy.rerun_on_package_change puts versions in the keys)",
+                highlight=False,
+            )
+
+
 def print_reasons(console: Console, plan: Plan, store: CheckpointStore | None, limit: int) -> None:
     for stage in plan:
         groups = reason_groups(stage, store)
         if not groups:
             continue
         console.print(f"[bold]{esc(stage.name)}[/]")
-        for (status, why), sids in groups.items():
+        ordered = sorted(groups.items(), key=lambda item: -len(item[1]))  # the commonest cause first
+        if limit > 0 and len(ordered) > limit:
+            rest = ordered[limit:]
+            ordered = ordered[:limit]
+            console.print(f"  ({len(rest)} more reasons for {sum(len(s) for _, s in rest)} subjects not shown; --limit 0 shows all)")
+        for (status, why), sids in ordered:
             shown = sids if limit <= 0 else sids[:limit]
             more = f" ... and {len(sids) - len(shown)} more" if len(shown) < len(sids) else ""
             console.print(
@@ -140,8 +159,16 @@ def print_reasons(console: Console, plan: Plan, store: CheckpointStore | None, l
             console.print("    " + esc(", ".join(shown)) + more, highlight=False)
 
 
-def plan_json(loaded: LoadedRecipe, plan: Plan, store: CheckpointStore | None) -> dict[str, Any]:
+def plan_json(loaded: LoadedRecipe, plan: Plan, store: CheckpointStore | None,
+              subjects: Any = None) -> dict[str, Any]:
     data = plan.to_json(subjects=True)
+    report = getattr(subjects, "discovery", None)
+    if report is not None:
+        data["found"] = {
+            "source": report.source, "files": report.files, "subjects": report.found,
+            "file_columns": list(report.file_columns),
+            "incomplete": {sid: list(missing) for sid, missing in report.incomplete},
+        }
     for stage_data, stage in zip(data["stages"], plan, strict=True):
         failed = [sid for sid, st in stage.status.items() if st is SubjectStatus.FAILED]
         for sid, text in failure_texts(stage, store, failed).items():
@@ -172,7 +199,7 @@ def plan(
         the_plan = plan_study(loaded, subjects, store)
         damaged = store_notes(loaded, store)
         if as_json:
-            data = plan_json(loaded, the_plan, store)
+            data = plan_json(loaded, the_plan, store, subjects)
             data["store_damage"] = damaged
             data["outside_paths"] = outside_notes(the_plan, store)
             typer.echo(json.dumps(data, indent=1, ensure_ascii=False))
@@ -183,6 +210,10 @@ def plan(
         where = f"store {loaded.store_dir()}" if store is not None else "no store yet: nothing has run"
         title = f"plan for {loaded.recipe.name} ({len(subjects)} subjects; {where})"
         console.print(counts_table(the_plan, esc(title)))
+        if getattr(subjects, "discovery", None) is not None:
+            for line in subjects_lines(loaded, subjects):
+                console.print(f"subjects: {esc(line)}", highlight=False)
+        print_package_changes(console, the_plan)
         if reason:
             print_reasons(console, the_plan, store, limit)
         for note in outside_notes(the_plan, store):

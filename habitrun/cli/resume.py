@@ -108,6 +108,7 @@ def resume(
     rerun: Optional[list[str]] = typer.Option(None, "--rerun", metavar="SUBJECT", help=RERUN_HELP),  # noqa: UP045
     stage: Optional[str] = typer.Option(None, "--stage", metavar="NAME", help=STAGE_HELP),  # noqa: UP045
     record_noop: bool = typer.Option(False, "--record-noop", help=RECORD_NOOP_HELP),
+    report: bool = typer.Option(False, "--report", help="Write report.html into the run folder at the end (as policy.report)."),
 ) -> None:
     """Finish the latest run: nothing that finished is repeated, nothing is lost."""
     console = Console(highlight=False, soft_wrap=True)
@@ -120,7 +121,7 @@ def resume(
         console.print(f"no earlier run of {esc(recipe_path)} was recorded; starting one", highlight=False)
         loaded = load_selected(recipe_path, (), selection)
         execute(console, loaded, quiet=quiet, recipe_arg=recipe_arg, retry=retry, selection=selection,
-                resume=_resume_command(target))
+                resume=_resume_command(target), report=report)
     provenance = previous.read_provenance()
     overrides = tuple(provenance.get("overrides", []))
     stored = stored_recipe(previous, root) if not use_current else None
@@ -153,7 +154,7 @@ def resume(
     loaded = with_selection(loaded, selection, stored=not use_current)
     console.print(f"resuming run {esc(previous.run_id)} ({esc(previous.path)})", highlight=False)
     execute(console, loaded, quiet=quiet, recipe_arg=recipe_arg, retry=retry, selection=selection,
-            resume=_resume_command(target), resumed_from=previous, source_path=recipe_path)
+            resume=_resume_command(target), resumed_from=previous, source_path=recipe_path, report=report)
 
 
 def with_selection(loaded: LoadedRecipe, selection: Selection, *, stored: bool) -> LoadedRecipe:

@@ -31,6 +31,7 @@ def run(
     rerun: Optional[list[str]] = typer.Option(None, "--rerun", metavar="SUBJECT", help=RERUN_HELP),  # noqa: UP045
     stage: Optional[str] = typer.Option(None, "--stage", metavar="NAME", help=STAGE_HELP),  # noqa: UP045
     record_noop: bool = typer.Option(False, "--record-noop", help=RECORD_NOOP_HELP),
+    report: bool = typer.Option(False, "--report", help="Write report.html into the run folder at the end (as policy.report)."),
 ) -> None:
     """Run every stage for every subject; subjects already stored as done are skipped."""
     selection = Selection(retry_failed, tuple(rerun or ()), stage, record_noop)
@@ -38,4 +39,4 @@ def run(
     console = Console(highlight=False, soft_wrap=True)
     execute(console, loaded, quiet=quiet, recipe_arg=str(recipe), selection=selection,
             retry=retry_command("run", str(recipe), overrides or (), selection),
-            resume=f"habitrun resume {shlex.quote(str(recipe))}")
+            resume=f"habitrun resume {shlex.quote(str(recipe))}", report=report)

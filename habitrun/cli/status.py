@@ -16,11 +16,20 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich import box
+from rich.table import Table
 
 from habitrun.cli.app import app, err_console
-from habitrun.cli.plan import counts_table, make_console, open_existing_store, store_notes
+from habitrun.cli.plan import (
+    counts_table,
+    make_console,
+    open_existing_store,
+    print_package_changes,
+    store_notes,
+)
 from habitrun.cli.resume import check_run_home
 from habitrun.cli.text import esc
+from habitrun.cli.text import human as fmt
 from habitrun.errors import EXIT_FAILED_SUBJECTS, EXIT_OK, EXIT_USAGE, StoreError
 from habitrun.planner.plan import Plan, SubjectStatus, plan_study
 from habitrun.spec.loader import LoadedRecipe, load_recipe
@@ -28,6 +37,7 @@ from habitrun.spec.subjects import load_subjects
 from habitrun.store.checkpoint import CheckpointStore
 from habitrun.store.lock import default_lock_path, holder_alive, read_holder
 from habitrun.store.runs import RunFolder, latest_run
+from habitrun.store.trace import latest_by_key, stage_stats
 
 MAX_FAILURES_SHOWN = 20
 
@@ -129,6 +139,38 @@ def failures(plan: Plan, store: CheckpointStore | None) -> list[dict[str, Any]]:
     return out
 
 
+def resource_stats(plan: Plan, store: CheckpointStore | None) -> dict[str, dict[str, Any]]:
+    """Per stage: duration and peak-memory spreads of the attempts behind the current records."""
+    if store is None:
+        return {}
+    keys = [key for stage in plan for key in stage.keys.values()]
+    latest = latest_by_key(store.trace(keys=keys))
+    chosen = [latest[key] for key in keys if key in latest]
+    return stage_stats(chosen)
+
+
+def resources_table(stats: dict[str, dict[str, Any]]) -> Table:
+    table = Table(title="duration and peak memory of the current results", title_justify="left",
+                  box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("stage")
+    table.add_column("n", justify="right")
+    for column in ("time median", "p95", "max", "memory median", "p95", "max"):
+        table.add_column(column, justify="right")
+    for name, st in stats.items():
+        d, m = st["duration_sec"], st["peak_rss_mb"]
+        table.add_row(esc(name), str(st["attempts"]), *(_seconds(d[k]) for k in ("median", "p95", "max")),
+                      *(_mb(m[k]) for k in ("median", "p95", "max")))
+    return table
+
+
+def _seconds(value: float | None) -> str:
+    return fmt(value, "s").replace("–", "-")
+
+
+def _mb(value: float | None) -> str:
+    return fmt(value, "MB").replace("–", "-")
+
+
 @app.command()
 def status(
     target: Path = typer.Argument(Path("recipe.yaml"), help="A recipe file or a run folder (default: ./recipe.yaml)."),
@@ -155,6 +197,7 @@ def status(
     try:
         plan = plan_study(loaded, subjects, store)
         failed = failures(plan, store)
+        stats = resource_stats(plan, store)
         damaged = unreadable(plan)
         notes = store_notes(loaded, store)
     finally:
@@ -168,7 +211,9 @@ def status(
                     "started_at": info.get("started_at"), "ended_at": info.get("ended_at"),
                     **({"resume": resume_command(target)} if outcome == RUNNER_DIED else {})},
             "stages": {s.name: s.counts() for s in plan},
+            "packages_changed": {s.name: s.package_changes for s in plan if s.package_changes},
             "failures": failed,
+            "resources": stats,
             "unreadable": damaged,
             "store_damage": notes,
         }, indent=1, ensure_ascii=False))
@@ -182,6 +227,12 @@ def status(
         console.print("  it did not finish: what it stored is kept; continue with: "
                       f"{esc(resume_command(target))}", highlight=False)
     console.print(counts_table(plan, f"stages of {esc(loaded.recipe.name)} now"))
+    if stats:
+        console.print(resources_table(stats))
+        for name, st in stats.items():
+            slow = ", ".join(f"{esc(s['subject'])} {_seconds(s['duration_sec'])}" for s in st["slowest"])
+            console.print(f"  slowest in {esc(name)}: {slow}", highlight=False)
+    print_package_changes(console, plan)
     for note in notes:
         err_console.print(f"[bold red]store damaged:[/] {esc(note)}", highlight=False)
     if damaged:

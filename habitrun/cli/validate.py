@@ -1,8 +1,10 @@
 """`habitrun validate RECIPE [OVERRIDES...]`: everything a run would check before it starts.
 
-Schema and stage graph (by loading), the manifest (by reading it), and every
-operator and train entrypoint (by importing it from the recipe's folder, in a
-child process, with each operator's params checked against its signature).
+Schema and stage graph (by loading), the manifest (by reading it), every
+input file it names and every declared stage input (there and readable,
+nothing hashed), and every operator and train entrypoint (by importing it from
+the recipe's folder, in a child process, with each operator's params checked
+against its signature).
 Problems of the last two are collected together, so one pass shows them all.
 """
 
@@ -14,6 +16,7 @@ import typer
 
 from habitrun.cli.app import app
 from habitrun.errors import RecipeError
+from habitrun.planner.context import build_context
 from habitrun.spec.loader import LoadedRecipe, load_recipe
 from habitrun.spec.opcheck import OperatorCheck
 from habitrun.spec.policy import RunPolicy
@@ -34,15 +37,43 @@ def _policy_summary(policy: RunPolicy) -> str:
     return " ".join(f"{k}={v}" for k, v in shown.items())
 
 
+def subjects_lines(loaded: LoadedRecipe, rows: list[SubjectRow]) -> list[str]:
+    """How many subjects, from where; for subjects found on disk also how many are incomplete and why."""
+    spec = loaded.recipe.subjects
+    report = getattr(rows, "discovery", None)
+    if report is None:
+        return [f"{len(rows)} from {spec.manifest} (id column {spec.id!r})"]
+    ident = "id sub-<label>[_ses-<label>]" if spec.bids is not None else f"id field {spec.id!r}"
+    lines = [f"{len(rows)} to run of {report.found} found by {report.source} "
+             f"({report.files} files; {ident}; file columns {', '.join(report.file_columns)})"]
+    if report.incomplete:
+        lines.append(report.incomplete_text())
+    if report.manifest is not None:
+        note = f"joined {report.manifest}"
+        if report.without_manifest_row:
+            few = ", ".join(report.without_manifest_row[:5])
+            more = " ..." if len(report.without_manifest_row) > 5 else ""
+            note += f"; {len(report.without_manifest_row)} found subject(s) without a row there: {few}{more}"
+        if report.manifest_rows_without_files:
+            note += f"; {report.manifest_rows_without_files} of its rows have no files"
+        lines.append(note)
+    return lines
+
+
 def summary(loaded: LoadedRecipe, rows: list[SubjectRow]) -> str:
     """A few lines: what the recipe is, how many subjects, the policy, the stages in order."""
     recipe = loaded.recipe
+    found = subjects_lines(loaded, rows)
     lines = [
         f"recipe    {loaded.path}  ({recipe.name})",
-        f"subjects  {len(rows)} from {recipe.subjects.manifest} (id column {recipe.subjects.id!r})",
+        f"subjects  {found[0]}",
+        *(f"          {line}" for line in found[1:]),
         f"policy    {_policy_summary(recipe.policy)}",
-        "stages",
     ]
+    files = recipe.subjects.file_columns()
+    if files:
+        lines.append("files     " + ", ".join(f"{c} ({'required' if r else 'optional'})" for c, r in files.items()))
+    lines.append("stages")
     width = max(len(s.name) for s in recipe.stages)
     for stage in recipe.ordered_stages():
         target = stage.operator or stage.entrypoint or " ".join(stage.command or ())
@@ -52,6 +83,12 @@ def summary(loaded: LoadedRecipe, rows: list[SubjectRow]) -> str:
             extra += "  policy " + " ".join(f"{k}={v}" for k, v in override.items())
         if stage.launch is not None:
             extra += f"  ranks {stage.launch.nproc_per_node}"
+        if stage.fields is not None:
+            extra += f"  fields {', '.join(stage.fields)}"
+        if stage.inputs:
+            extra += f"  inputs {', '.join(stage.inputs)}"
+        if stage.code_version is not None:
+            extra += f"  code_version {stage.code_version}"
         lines.append(f"  {stage.name:<{width}}  {stage.kind:<7}  {target}{extra}")
     return "\n".join(lines)
 
@@ -70,6 +107,11 @@ def validate(
             rows = load_subjects(loaded)
         except RecipeError as exc:
             problems.extend(exc.problems)
+        if rows:
+            try:  # every input file there and readable (nothing is hashed here)
+                build_context(loaded, rows, None, save=False, verify_only=True)
+            except RecipeError as exc:
+                problems.extend(exc.problems)
         problems.extend(operators.problems())
     if problems:
         raise RecipeError(problems)

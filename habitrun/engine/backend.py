@@ -67,6 +67,7 @@ class SubjectOutcome:
     traceback: str | None = None
     duration_sec: float = 0.0
     worker_pid: int | None = None
+    usage: tuple | None = None  # habitrun.engine.usage.Usage, measured where the subject ran; None if it died
 
 
 ReportFn = Callable[[list[SubjectOutcome]], None]

@@ -34,6 +34,7 @@ from typing import Any
 
 from habitrun.engine.backend import FailureKind, OperatorRef, SubjectOutcome, SubjectTask
 from habitrun.engine.subject import Collection, Subject
+from habitrun.engine.usage import meter
 from habitrun.spec.operators import resolve_operator
 
 BoundOperator = Callable[[SubjectTask], Any]
@@ -209,6 +210,8 @@ def execute(bound: BoundOperator, task: SubjectTask, *, capture: str = "fd",
     and 2; ``"python"`` (the in-process backend, whose console must keep
     working) swaps ``sys.stdout``/``sys.stderr`` for the call.
     """
+    gauge = meter()
+    mark = None
     start = time.perf_counter()
     pid = os.getpid()
     result: Any = None
@@ -217,13 +220,14 @@ def execute(bound: BoundOperator, task: SubjectTask, *, capture: str = "fd",
     tb: str | None = None
     if capture == "fd":
         scratch = _fd_scratch()
-        mark = scratch.mark()
+        out_mark = scratch.mark()
         buffer = None
     else:
         buffer = io.StringIO()
         saved = sys.stdout, sys.stderr
         sys.stdout = sys.stderr = buffer
     try:
+        mark = gauge.begin()
         result = bound(task)
     except MemoryError as exc:
         tb, error, kind = traceback.format_exc(), f"out of memory: {one_line(exc)}", FailureKind.OOM
@@ -238,8 +242,9 @@ def execute(bound: BoundOperator, task: SubjectTask, *, capture: str = "fd",
     except BaseException as exc:  # noqa: BLE001 - isolating the subject is the point
         tb, error, kind = traceback.format_exc(), one_line(exc), FailureKind.EXCEPTION
     finally:
+        usage = gauge.end(mark) if mark is not None else None
         if buffer is None:
-            output = scratch.since(mark, log_max_bytes)
+            output = scratch.since(out_mark, log_max_bytes)
         else:
             sys.stdout, sys.stderr = saved
             output = buffer.getvalue().encode("utf-8", "replace")
@@ -251,5 +256,5 @@ def execute(bound: BoundOperator, task: SubjectTask, *, capture: str = "fd",
         _write_log(task, output, tb)
     duration = time.perf_counter() - start
     if kind is not None:
-        return SubjectOutcome(task, False, None, error, kind, tb, duration, pid)
-    return SubjectOutcome(task, True, result, None, None, None, duration, pid)
+        return SubjectOutcome(task, False, None, error, kind, tb, duration, pid, usage)
+    return SubjectOutcome(task, True, result, None, None, None, duration, pid, usage)

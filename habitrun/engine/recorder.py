@@ -36,6 +36,7 @@ from typing import Any
 
 from habitrun.engine.backend import FailureKind
 from habitrun.store.checkpoint import CheckpointStore, Record, UnstorableResult
+from habitrun.store.trace import COL
 
 EmitFn = Callable[[list[dict[str, Any]]], None]
 _FLUSH = object()
@@ -66,22 +67,23 @@ class Recorder:
         """Why recording stopped (a write failed), or None."""
         return self._error
 
-    def submit(self, records: list[Record], events: list[dict[str, Any]]) -> None:
-        """Queue outcomes to be stored, then reported (in that order); dropped once a write failed."""
-        if self._error is None and (records or events):
-            self._queue.put((records, events))
+    def submit(self, records: list[Record], events: list[dict[str, Any]], trace: list[tuple] | None = None) -> None:
+        """Queue outcomes (and their trace rows, store/trace.py) to be stored, then reported; dropped once a
+        write failed."""
+        if self._error is None and (records or events or trace):
+            self._queue.put((records, events, trace))
 
     def flush(self) -> None:
         """Block until everything submitted so far is stored and reported (or dropped: see ``error``)."""
         done = threading.Event()
-        self._queue.put((_FLUSH, done))
+        self._queue.put((_FLUSH, done, None))
         self._hurry.set()
         done.wait()
 
     def close(self) -> None:
         if self._thread.is_alive():
             self.flush()
-            self._queue.put((_STOP, None))
+            self._queue.put((_STOP, None, None))
             self._hurry.set()
             self._thread.join()
 
@@ -95,12 +97,13 @@ class Recorder:
         while True:
             records: list[Record] = []
             events: list[dict[str, Any]] = []
+            trace: list[tuple] = []
             waiters: list[threading.Event] = []
             stop = False
             item = self._queue.get()
             started = time.monotonic()
             while True:
-                first, second = item
+                first, second, rows = item
                 if first is _FLUSH:
                     waiters.append(second)
                 elif first is _STOP:
@@ -108,13 +111,15 @@ class Recorder:
                 else:
                     records.extend(first)
                     events.extend(second)
+                    if rows:
+                        trace.extend(rows)
                 try:
                     item = self._queue.get_nowait()
                 except queue.Empty:
                     break
             if self._error is None:
                 try:
-                    self._write(records, events)
+                    self._write(records, events, trace)
                     unchecked += len(records)
                     if unchecked >= CHECKPOINT_EVERY_RECORDS and not waiters and not stop and self._queue.empty():
                         unchecked = 0
@@ -138,11 +143,11 @@ class Recorder:
             except Exception:  # noqa: BLE001 - the error stays recorded for the runner either way
                 pass
 
-    def _write(self, records: list[Record], events: list[dict[str, Any]]) -> None:
-        if records:
+    def _write(self, records: list[Record], events: list[dict[str, Any]], trace: list[tuple]) -> None:
+        if records or trace:
             while True:
                 try:
-                    self.store.put(records)
+                    self.store.put(records, trace)
                     break
                 except UnstorableResult as exc:
                     # Keep the batch: the one result that cannot be stored becomes that subject's failure.
@@ -156,6 +161,7 @@ class Recorder:
                                 and event.get("event") == "subject_done":
                             event.update(event="subject_failed", kind=FailureKind.UNPICKLABLE, error=message,
                                          final=True, log=bad.log_path)
+                    trace = [_as_unstorable(row, bad, message) for row in trace]
             self.stored += len(records)
             for rec in records:
                 tally = self.stored_by_stage.get(rec.stage)
@@ -163,3 +169,13 @@ class Recorder:
                     tally = self.stored_by_stage[rec.stage] = [0, 0]
                 tally[0 if rec.ok else 1] += 1
         self.emit(events)
+
+
+def _as_unstorable(row: tuple, bad: Record, message: str) -> tuple:
+    """The trace row of a success whose result could not be stored: a failure, as its record."""
+    if row[COL["key"]] != bad.key or row[COL["outcome"]] != "done" or row[COL["stage"]] != bad.stage:
+        return row
+    fixed = list(row)
+    fixed[COL["outcome"]], fixed[COL["kind"]], fixed[COL["error"]] = "failed", FailureKind.UNPICKLABLE, message
+    fixed[COL["log"]] = bad.log_path
+    return tuple(fixed)

@@ -25,6 +25,7 @@ from habitrun.engine.recorder import Recorder
 from habitrun.engine.selection import stages_for, unknown_ids
 from habitrun.engine.signals import exit_code_for, signal_name, stop_on_signals
 from habitrun.engine.stopnotice import StopNotices
+from habitrun.engine.tracing import done_event, failed_event, trace_row
 from habitrun.errors import (
     EXIT_FAILED_SUBJECTS,
     EXIT_OK,
@@ -32,7 +33,9 @@ from habitrun.errors import (
     StoreWriteError,
     WorkerStartError,
 )
-from habitrun.planner.plan import GROUP_SUBJECT, StagePlan, SubjectStatus, fingerprints, plan_stage
+from habitrun.planner.context import build_context
+from habitrun.planner.plan import GROUP_SUBJECT, StagePlan, SubjectStatus, plan_stage
+from habitrun.spec.discover import write_table
 from habitrun.spec.gcpause import gc_paused
 from habitrun.spec.loader import LoadedRecipe
 from habitrun.spec.recipe import StageSpec
@@ -47,6 +50,7 @@ from habitrun.store.runs import RunFolder, key_folder, work_dir
 Observer = Callable[[dict[str, Any]], None]
 GROUP_FILE_NAME = "_stage"  # log/work folder name of a collect or train stage's single task
 RESULT_BATCH = 256  # subjects whose upstream results are fetched from the store at once
+SUBJECTS_TABLE = "subjects.csv"  # the run folder's copy of the subjects found on disk
 
 
 @dataclass
@@ -223,14 +227,30 @@ class _StudyRunner:
                     self.observer(event)
 
     # ------------------------------------------------------------------ run
+    def write_found_subjects(self) -> None:
+        """Subjects found on disk: the table this run used goes into its folder."""
+        report = getattr(self.subjects, "discovery", None)
+        if report is None:
+            return
+        try:
+            write_table(self.run.path / SUBJECTS_TABLE, report.columns,
+                        [(row.id, row.fields) for row in self.subjects])
+        except OSError as exc:
+            raise StoreError(f"cannot write {self.run.path / SUBJECTS_TABLE}: {exc}") from None
+
     def prepare(self) -> bool:
         """Check the store's recipe and plan ahead; False when there is nothing to run."""
+        # Input files and code first: a missing input file stops the run before it starts (exit 2).
+        self.key_context = build_context(self.loaded, self.subjects, self.store)
         warning = self.store.check_recipe(
             self.recipe.name, self.loaded.sha256, strict=self.recipe.policy.strict_checkpoint_hash
         )
         if warning:
             self.warnings.append(warning)
-        self.fingerprints = fingerprints(self.loaded)
+        report = getattr(self.subjects, "discovery", None)
+        if report is not None and report.incomplete:  # said on a no-op run too
+            self.warnings.append(f"subjects found by {report.source}: {report.incomplete_text()}")
+        self.fingerprints = {name: info.fingerprint for name, info in self.key_context.stages.items()}
         if self.resumed_from is not None:
             previous = self.resumed_from.read_provenance()
             self.chain = set(previous.get("run_chain", [])) | {self.resumed_from.run_id}
@@ -267,6 +287,7 @@ class _StudyRunner:
             provenance=provenance,
         )
         provenance["run_id"] = self.run.run_id
+        self.write_found_subjects()
         for warning in self.warnings:
             self.emit({"event": "warning", "message": warning})
         self.emit({"event": "run_started", "run_id": self.run.run_id, "recipe": str(self.loaded.path),
@@ -331,6 +352,17 @@ class _StudyRunner:
                 facts["running"] = backend.running()
         return facts
 
+    def plan_stage(self, stage: StageSpec) -> StagePlan:
+        """Plan one stage (and keep the plan); results stored under the key an older habitrun
+        gave the same inputs move to today's key here, so what runs after reads them."""
+        plan = plan_stage(self.recipe, stage.name, self.subjects, self.plans, self.store,
+                          self.fingerprints[stage.name], context=self.key_context)
+        if plan.adopted:
+            self.store.adopt([(old, plan.keys[sid], plan.components_json(sid)) for sid, old in plan.adopted.items()])
+            plan.adopted.clear()
+        self.plans[stage.name] = plan
+        return plan
+
     def plan_ahead(self) -> bool:
         """Plan stages in order until one has work; False when none has (a no-op run).
 
@@ -339,9 +371,7 @@ class _StudyRunner:
         made here are the ones run_stage would make, and it reuses them.
         """
         for stage in self.selected:
-            plan = plan_stage(self.recipe, stage.name, self.subjects, self.plans, self.store,
-                              self.fingerprints[stage.name])
-            self.plans[stage.name] = plan
+            plan = self.plan_stage(stage)
             if self.really_to_run(plan):
                 return True
         return False
@@ -370,7 +400,8 @@ class _StudyRunner:
 
     def outputs(self) -> dict[str, str]:
         """Each collect/train stage that is done -> the work folder its files are in."""
-        return {stage.name: str(work_dir(self.run_root, stage.name, GROUP_FILE_NAME))
+        return {stage.name: str(work_dir(self.run_root, stage.name, GROUP_FILE_NAME,
+                                         self.plans[stage.name].keys[GROUP_SUBJECT]))
                 for stage in self.selected
                 if stage.kind != "map" and stage.name in self.plans
                 and self.plans[stage.name].status.get(GROUP_SUBJECT) == SubjectStatus.DONE}
@@ -450,9 +481,7 @@ class _StudyRunner:
         policy = self.recipe.stage_policy(stage.name)
         plan = self.plans.get(stage.name)  # planned ahead while looking for work
         if plan is None:
-            plan = plan_stage(self.recipe, stage.name, self.subjects, self.plans, self.store,
-                              self.fingerprints[stage.name])
-            self.plans[stage.name] = plan
+            plan = self.plan_stage(stage)
         to_run = self.really_to_run(plan)
         counts = StageCounts(total=len(plan.keys))
         self.counts[stage.name] = counts
@@ -516,10 +545,14 @@ class _StudyRunner:
         fail_fast = policy.on_subject_failure == "fail_fast"
 
         finished = self.finished.setdefault(stage.name, set())
+        run_id = self.run.run_id
+        queued_at = time.time()  # when the current round's tasks were handed to the backend
 
         def report(outcomes: list[SubjectOutcome]) -> None:
             records: list[Record] = []
             events: list[dict[str, Any]] = []
+            trace: list[tuple] = []
+            now = time.time()
             for outcome in outcomes:
                 task = outcome.task
                 sid = task.subject_id
@@ -530,9 +563,9 @@ class _StudyRunner:
                     if task.attempt > 1:
                         self.retried.setdefault(stage.name, set()).add(sid)
                     records.append(self.record(stage.name, plan, task, outcome))
-                    events.append({"event": "subject_done", "stage": stage.name, "subject": sid,
-                                   "attempt": task.attempt, "duration_sec": round(outcome.duration_sec, 6),
-                                   "pid": outcome.worker_pid})
+                    row = trace_row(run_id, stage.name, outcome, "done", queued_at, now)
+                    trace.append(row)
+                    events.append(done_event(stage.name, row))
                     continue
                 if outcome.kind == FailureKind.DISK_FULL:  # the machine's fault: stop, record nothing
                     events.append({"event": "subject_failed", "stage": stage.name, "subject": sid,
@@ -544,9 +577,9 @@ class _StudyRunner:
                 # Once a stop is asked for, a failure with attempts left is not run (a resume
                 # runs it), never a recorded failure: its last chance was taken by the stop.
                 final = task.attempt > rounds or fail_fast or not policy.retries(outcome.kind)
-                events.append({"event": "subject_failed", "stage": stage.name, "subject": sid,
-                               "attempt": task.attempt, "kind": outcome.kind, "error": outcome.error,
-                               "final": final, "log": task.log_path, "pid": outcome.worker_pid})
+                row = trace_row(run_id, stage.name, outcome, "failed" if final else "retried", queued_at, now)
+                trace.append(row)
+                events.append(failed_event(stage.name, row, final))
                 if final:
                     plan.status[sid] = SubjectStatus.FAILED
                     counts.failed += 1
@@ -558,11 +591,12 @@ class _StudyRunner:
                         self.stop.set(f"fail_fast: subject {sid} failed in stage {stage.name!r}: {outcome.error}")
                 else:
                     retry.append(replace(task, attempt=task.attempt + 1))
-            self.recorder.submit(records, events)  # stored first, then reported
+            self.recorder.submit(records, events, trace)  # stored first, then reported
 
         pending = tasks
         while pending and not self.stop.is_set():
             retry: list[SubjectTask] = []
+            queued_at = time.time()
             backend.run_tasks(op, pending, report, self.stop)
             self.recorder.flush()
             self.apply_unstorable(plan, counts)
@@ -713,13 +747,16 @@ class _StudyRunner:
                                  traceback=result.traceback, duration_sec=result.duration_sec)
         task.attempt = max(1, result.attempts)
         task.log_path = result.log_dir
+        # The launcher's ranks are measured by neither side: the row keeps wall times only.
+        row = trace_row(self.run.run_id, stage.name, outcome, "done" if result.ok else "failed", None, time.time())
         if result.ok:
             plan.status[GROUP_SUBJECT] = SubjectStatus.DONE
             counts.done += 1
             self.finished.setdefault(stage.name, set()).add(GROUP_SUBJECT)
             self.recorder.submit([self.record(stage.name, plan, task, outcome)],
                                  [{"event": "subject_done", "stage": stage.name, "subject": GROUP_SUBJECT,
-                                   "attempt": task.attempt, "duration_sec": round(result.duration_sec, 3)}])
+                                   "attempt": task.attempt, "duration_sec": round(result.duration_sec, 3)}],
+                                 [row])
             self.recorder.flush()
             self.apply_unstorable(plan, counts)
         elif not self.stop.is_set():
@@ -731,7 +768,7 @@ class _StudyRunner:
             self.recorder.submit([self.record(stage.name, plan, task, outcome)],
                                  [{"event": "subject_failed", "stage": stage.name, "subject": GROUP_SUBJECT,
                                    "attempt": task.attempt, "kind": outcome.kind, "error": result.error,
-                                   "final": True, "log": result.log_dir}])
+                                   "final": True, "log": result.log_dir}], [row])
             self.recorder.flush()
             if policy.on_subject_failure == "fail_fast":
                 self.stop.set(f"fail_fast: train stage {stage.name!r} failed: {result.error}")

@@ -152,3 +152,67 @@ def group_key(stage_ident: str, members: Mapping[str, Sequence[str]]) -> str:
     for need in sorted(members):
         h.update(f"{len(need)}:{need}\x00{','.join(members[need])}\x00".encode())
     return h.hexdigest()
+
+
+def variant_parts(
+    subjects: Sequence[Any],
+    fields: Sequence[str] | None,
+    files: Mapping[str, str] | None,
+    file_columns: Sequence[str] = (),
+) -> dict[str, str]:
+    """subject id -> subject part over only the manifest columns ``fields`` (None: all) and the
+    text of the subject's input files (``files``: id -> text of ``file_columns``, in order;
+    None: no file columns).
+
+    With neither, this is :func:`subject_parts` (so keys of a study without file columns are
+    the ones habitrun always computed).
+    """
+    if fields is None and files is None:
+        return subject_parts(subjects)
+    blake = hashlib.blake2b
+    size = SUBJECT_BYTES
+    out: dict[str, str] = {}
+    cols = tuple(sorted(fields)) if fields is not None else None
+    getter = itemgetter(*cols) if cols else None
+    head = "f" + repr(cols) if cols is not None else ""
+    tail = "\x00files\x00" + repr(tuple(file_columns)) + "\x00" if files is not None else ""
+    memo: list = []
+    if cols is None and subjects:
+        _row_text(subjects[0].fields, memo)  # the manifest's columns, sorted, and a getter for them
+    width = len(memo[0]) if memo else -1
+    for row in subjects:
+        sid, row_fields = row.id, row.fields
+        if cols is None:
+            text = None
+            if len(row_fields) == width and width > 1:
+                try:
+                    text = memo[2] + repr(memo[1](row_fields))
+                except KeyError:
+                    pass
+            if text is None:
+                text = _row_text(row_fields, [])
+        elif not cols:
+            text = head
+        else:
+            try:
+                values = getter(row_fields)  # type: ignore[misc]
+            except KeyError:
+                values = tuple(row_fields.get(c) for c in cols) if len(cols) > 1 else row_fields.get(cols[0])
+            text = head + (repr(values) if len(cols) > 1 else f"({values!r},)")
+        data = f"{len(sid)}:{sid}\x00{text}{tail}{files[sid]}" if files is not None else f"{len(sid)}:{sid}\x00{text}"
+        try:
+            raw = data.encode()
+        except UnicodeEncodeError:
+            raw = data.encode("utf-8", "surrogatepass")
+        out[sid] = blake(raw, digest_size=size).hexdigest()
+    return out
+
+
+def combined_parts(own: Mapping[str, str], others: Sequence[Mapping[str, str]]) -> dict[str, str]:
+    """Subject parts that also cover other stages' subject parts (an upstream stage that keys its
+    subjects on other columns or files): one digest per subject."""
+    blake = hashlib.blake2b
+    return {
+        sid: blake(",".join([part, *(o[sid] for o in others)]).encode(), digest_size=SUBJECT_BYTES).hexdigest()
+        for sid, part in own.items()
+    }

@@ -27,9 +27,12 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from habitrun.planner.fingerprint import fingerprints as _fingerprints
+from habitrun.planner.context import KeyContext, StageInputs, build_context
+from habitrun.planner.context import fingerprints as _fingerprints
+from habitrun.planner.explain import explain, package_changes
 from habitrun.planner.keys import (
     canonical_json,
+    combined_parts,
     group_key,
     short_digest,
     stage_identity,
@@ -76,6 +79,12 @@ class StagePlan:
     components: Mapping[str, dict]
     members: list[str] = field(default_factory=list)
     key_prefix: str = ""  # map stage: the stage part every key starts with (see planner.keys)
+    # The key an older habitrun gave the same inputs (map: its stage part; group: the whole key),
+    # when there is one: results stored under it count as done and `run` moves them to today's key.
+    legacy_prefix: str | None = None
+    adopted: dict[str, str] = field(default_factory=dict)  # subject -> its result's older key
+    variant: Any = None  # which subject parts the keys use (see planner.context)
+    package_changes: list[str] = field(default_factory=list)  # "numpy 1.26.4 → 2.1.0" (not in the key)
 
     @property
     def is_group(self) -> bool:
@@ -124,6 +133,8 @@ class StagePlan:
         }
         if self.is_group:
             data["members"] = len(self.members)
+        if self.package_changes:
+            data["packages_changed"] = list(self.package_changes)
         if subjects:
             data["subjects"] = {
                 sid: {"status": st.value, "key": self.keys.get(sid), **({"reasons": self.reasons[sid]} if sid in self.reasons else {})}
@@ -156,14 +167,33 @@ class Plan:
 
 
 # -- key components and what changed ----------------------------------------------------------
-def _stage_components(stage: StageSpec, fingerprint: str) -> dict[str, Any]:
+MAX_PARAMS_TEXT = 2000  # params up to this much JSON are stored with each record, for reasons
+
+
+def _stage_components(stage: StageSpec, fingerprint: str, info: StageInputs | None = None) -> dict[str, Any]:
     what = stage.operator or stage.entrypoint or list(stage.command or ())
-    return {
+    if info is None:
+        return {
+            "kind": stage.kind,
+            "operator": what,
+            "code": fingerprint[:16],
+            "params": short_digest(canonical_json(stage.params))[:16],
+        }
+    params_text = canonical_json(stage.params)
+    out: dict[str, Any] = {
+        "v": 2,
         "kind": stage.kind,
         "operator": what,
-        "code": fingerprint[:16],
-        "params": short_digest(canonical_json(stage.params))[:16],
+        "code": info.code_components(),
+        "params": stage.params if len(params_text) <= MAX_PARAMS_TEXT else short_digest(params_text)[:16],
     }
+    if info.inputs:
+        out["inputs"] = info.inputs
+    if info.code.packages:
+        out["packages"] = info.code.packages
+        if info.packages_in_key:
+            out["packages_key"] = True
+    return out
 
 
 class KeyMap(Mapping[str, str]):
@@ -201,11 +231,13 @@ class KeyMap(Mapping[str, str]):
 class _LazyComponents(Mapping[str, dict]):
     """Per-subject key components, built only for the subjects that are looked at."""
 
-    def __init__(self, common: dict, rows: Mapping[str, str], ids: Sequence[str], upstream: Mapping[str, StagePlan]) -> None:
+    def __init__(self, common: dict, rows: Mapping[str, str], ids: Sequence[str], upstream: Mapping[str, StagePlan],
+                 extra: Any = None) -> None:
         self._common = common
         self._rows = rows
         self._ids = ids
         self._upstream = upstream
+        self._extra = extra  # sid -> dict of its own components (manifest fields, files), or None
 
         # The JSON of every subject's components starts the same; a subject adds its own row
         # digest (hex) and upstream keys. Built by joining text: once per subject, per run.
@@ -218,6 +250,7 @@ class _LazyComponents(Mapping[str, dict]):
             **self._common,
             "row": self._rows[sid][:16],  # the subject part: id and manifest row
             "upstream": {name: plan.upstream_key(sid) for name, plan in self._upstream.items()},
+            **(self._extra(sid) if self._extra is not None else {}),
         }
 
     def json(self, sid: str) -> str:
@@ -226,6 +259,9 @@ class _LazyComponents(Mapping[str, dict]):
             upstream = compact({name: plan.upstream_key(sid) for name, plan in self._upstream.items()})
         else:
             upstream = "{}"
+        own = self._extra(sid) if self._extra is not None else None
+        if own:
+            return f'{self._head}{self._rows[sid][:16]}","upstream":{upstream},{compact(own)[1:]}'
         return f'{self._head}{self._rows[sid][:16]}","upstream":{upstream}}}'
 
     def __iter__(self) -> Iterator[str]:
@@ -233,33 +269,6 @@ class _LazyComponents(Mapping[str, dict]):
 
     def __len__(self) -> int:
         return len(self._ids)
-
-
-def explain(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
-    """Why a key changed, from the components stored with the old record and the current ones."""
-    reasons: list[str] = []
-    if not old:
-        return ["inputs changed (the stored record predates change tracking)"]
-    if old.get("kind") != new.get("kind"):
-        reasons.append("stage kind changed")
-    if old.get("operator") != new.get("operator"):
-        reasons.append("operator changed")
-    elif old.get("code") != new.get("code"):
-        reasons.append("operator code changed")
-    if old.get("params") != new.get("params"):
-        reasons.append("params changed")
-    if "row" in new and old.get("row") != new.get("row"):
-        reasons.append("manifest row changed")
-    if "members" in new and old.get("members") != new.get("members"):
-        reasons.append("subjects changed")
-    old_up, new_up = old.get("upstream") or {}, new.get("upstream") or {}
-    if set(old_up) != set(new_up):
-        reasons.append("needs changed")
-    if "members" not in new or old.get("members") == new.get("members"):
-        for name in new_up:
-            if name in old_up and old_up[name] != new_up[name]:
-                reasons.append(f"upstream {name!r} changed")
-    return reasons or ["inputs changed"]
 
 
 # -- planning ---------------------------------------------------------------------------------
@@ -288,6 +297,10 @@ def _judge(
     only the subject part after ``prefix`` (the stage part), so no key is built to be
     looked up. Written for the common case, a study where nearly everything is done: one
     C-level pass finds the few subjects that are not, and only those are looked at one by one.
+
+    A subject not stored under its key may be stored under the key an older habitrun gave
+    the same inputs (``plan.legacy_prefix``): it counts as stored, and is listed in
+    ``plan.adopted`` for `run` to move to today's key.
     """
     done, failed = store.stage_outcomes(plan.name, prefix) if store is not None else (set(), set())
     policy = plan.policy
@@ -297,6 +310,10 @@ def _judge(
         not_done: list[str] = []
     else:
         not_done = [sid for sid in candidates if probe[sid] not in done]
+    if not_done and store is not None and plan.legacy_prefix is not None and policy.resume:
+        done, failed = _adopt(plan, not_done, probe, store, done, failed)
+        if plan.adopted:
+            not_done = [sid for sid in not_done if sid not in plan.adopted]
     if not policy.resume:
         for sid in candidates:
             if probe[sid] in done or probe[sid] in failed:
@@ -389,6 +406,28 @@ def _mark_upstream_changed(plan: StagePlan, needs: Mapping[str, StagePlan], stor
                 reasons[sid] = [f"upstream {name!r} reran with a different result"]
 
 
+def _adopt(plan: StagePlan, not_done: list[str], probe: Mapping[str, str], store: CheckpointStore,
+           done: set[str], failed: set[str]) -> tuple[set[str], set[str]]:
+    """Subjects stored under their older key (see :func:`_judge`): (done, failed) including them."""
+    legacy = plan.legacy_prefix or ""
+    if plan.is_group:
+        old_done, old_failed = store.stage_outcomes(plan.name)
+        found = {GROUP_SUBJECT: legacy} if legacy in old_done or legacy in old_failed else {}
+        is_done = legacy in old_done
+    else:
+        old_done, old_failed = store.stage_outcomes(plan.name, legacy + ".")
+        found = {sid: f"{legacy}.{probe[sid]}" for sid in not_done if probe[sid] in old_done or probe[sid] in old_failed}
+        is_done = False
+    if not found:
+        return done, failed
+    plan.adopted.update(found)
+    done, failed = set(done), set(failed)
+    for sid in found:
+        ok = is_done if plan.is_group else probe[sid] in old_done
+        (done if ok else failed).add(probe[sid])
+    return done, failed
+
+
 def _blocked_reason(sid: str, needs: Mapping[str, StagePlan]) -> list[str]:
     out = []
     for name, up in needs.items():
@@ -397,6 +436,35 @@ def _blocked_reason(sid: str, needs: Mapping[str, StagePlan]) -> list[str]:
             out.append(f"upstream {name!r} failed")
         elif st is SubjectStatus.BLOCKED:
             out.append(f"upstream {name!r} was skipped")
+    return out
+
+
+def _legacy_upstream(needs: Mapping[str, StagePlan]) -> list[str] | None:
+    """The older keys' stage parts of what a stage needs (None when one has none)."""
+    out = []
+    for up in needs.values():
+        if up.legacy_prefix is None:
+            return None
+        out.append(up.legacy_prefix)
+    return out
+
+
+def _package_changes(plan: StagePlan, info: StageInputs | None, store: CheckpointStore | None) -> list[str]:
+    """Package versions that differ from those the stored results of this key were computed
+    with (reported only: with rerun_on_package_change they are in the key instead)."""
+    if info is None or store is None or info.packages_in_key or not info.code.packages:
+        return []
+    if not any(st is SubjectStatus.DONE for st in plan.status.values()):
+        return []
+    if plan.is_group:
+        seen = store.stage_packages(plan.name, key=plan.keys[GROUP_SUBJECT])
+    else:
+        seen = store.stage_packages(plan.name, prefix=plan.key_prefix + ".")
+    out: list[str] = []
+    for old in seen:
+        for change in package_changes(old, info.code.packages):
+            if change not in out:
+                out.append(change)
     return out
 
 
@@ -409,17 +477,33 @@ def plan_stage(
     fingerprint: str,
     *,
     digests: Mapping[str, str] | None = None,
+    context: KeyContext | None = None,
 ) -> StagePlan:
-    """Plan one stage from its upstream plans and the store (see the module docstring)."""
+    """Plan one stage from its upstream plans and the store (see the module docstring).
+
+    With ``context`` (:func:`habitrun.planner.context.build_context`), the keys cover input
+    files, declared inputs, the study modules the code imports and the manifest columns the
+    stage uses; ``fingerprint`` is then taken from the context.
+    """
     stage = recipe.stage(stage_name)
     policy = recipe.stage_policy(stage_name)
+    info = context.stages[stage_name] if context is not None else None
+    if info is not None:
+        fingerprint = info.fingerprint
     ident = stage_identity(stage, fingerprint)
+    legacy_ident = (
+        stage_identity(stage, info.legacy_fingerprint) if info is not None and info.legacy_fingerprint else None
+    )
     needs = {name: upstream[name] for name in stage.needs}
-    common = _stage_components(stage, fingerprint)
+    common = _stage_components(stage, fingerprint, info)
     if stage.kind in GROUP_KINDS:
-        return _plan_group(stage, policy, ident, fingerprint, common, subjects, needs, store)
+        plan = _plan_group(stage, policy, ident, fingerprint, common, subjects, needs, store, legacy_ident)
+        plan.package_changes = _package_changes(plan, info, store)
+        return plan
 
-    rows = digests if digests is not None else _digests_for(subjects)
+    if digests is None and (info is None or info.variant is None):
+        digests = _digests_for(subjects)  # the subject parts of every stage keyed on the whole row
+    rows = digests if digests is not None else {}
     ids = list(rows) if len(rows) == len(subjects) else [row.id for row in subjects]
     unavailable: set[str] = set()
     for up in needs.values():
@@ -431,9 +515,25 @@ def plan_stage(
     prefix = stage_part(
         ident, [up.keys[GROUP_SUBJECT] if up.is_group else up.key_prefix for up in needs.values()]
     )
-    if len(ids) != len(rows):
-        rows = {sid: rows[sid] for sid in ids}
-    keys = KeyMap(prefix, rows)
+    variant = None
+    parts: Mapping[str, str] = rows
+    if context is not None:
+        variant = info.variant if info is not None else None
+        parts = context.parts(stage_name, rows)
+        # An upstream map stage keyed on other columns or files: its subject parts join ours.
+        others = [up.keys._parts for up in needs.values() if not up.is_group and up.variant != variant]  # type: ignore[attr-defined]
+        if others:
+            parts = combined_parts(parts, others)
+            variant = ("combined", variant, tuple(up.variant for up in needs.values() if not up.is_group))
+    if len(ids) != len(parts):
+        parts = {sid: parts[sid] for sid in ids}
+    legacy_prefix = None
+    if legacy_ident is not None and variant is None:
+        legacy_up = _legacy_upstream(needs)
+        if legacy_up is not None:
+            legacy_prefix = stage_part(legacy_ident, legacy_up)
+    keys = KeyMap(prefix, parts)
+    extra = _subject_extra(context, stage_name, subjects) if context is not None else None
     plan = StagePlan(
         name=stage.name,
         kind=stage.kind,
@@ -443,8 +543,10 @@ def plan_stage(
         keys=keys,
         status={},
         reasons={},
-        components=_LazyComponents(common, rows, ids, needs),
+        components=_LazyComponents(common, parts, ids, needs, extra),
         key_prefix=prefix,
+        legacy_prefix=legacy_prefix,
+        variant=variant,
     )
     candidates = ids
     if unavailable:
@@ -455,11 +557,34 @@ def plan_stage(
                 plan.reasons[sid] = _blocked_reason(sid, needs)
             else:
                 candidates.append(sid)
-    _judge(plan, candidates, rows, store, frozenset(policy.force_rerun_subjects), prefix + ".")
+    _judge(plan, candidates, parts, store, frozenset(policy.force_rerun_subjects), prefix + ".")
     _mark_upstream_changed(plan, needs, store)
     if unavailable:  # keep manifest order
         plan.status = {sid: plan.status[sid] for sid in ids}
+    plan.package_changes = _package_changes(plan, info, store)
     return plan
+
+
+def _subject_extra(context: KeyContext, stage_name: str, subjects: Sequence[Any]) -> Any:
+    """sid -> the subject's own key components (manifest fields it uses, its files), built on
+    demand: only subjects that run are recorded, and only stale ones explained."""
+    stage = context.stages[stage_name].stage
+    index: dict[str, Any] = {}
+
+    def extra(sid: str) -> dict[str, Any]:
+        if not index:
+            index.update((row.id, row) for row in subjects)
+        row = index.get(sid)
+        if row is None:
+            return {}
+        fields = row.fields if stage.fields is None else {c: row.fields.get(c) for c in stage.fields}
+        out: dict[str, Any] = {"fields": fields}
+        files = context.subject_files(stage_name, sid, row.fields)
+        if files:
+            out["files"] = files
+        return out
+
+    return extra
 
 
 def _plan_group(
@@ -471,6 +596,7 @@ def _plan_group(
     subjects: Sequence[Any],
     needs: Mapping[str, StagePlan],
     store: CheckpointStore | None,
+    legacy_ident: str | None = None,
 ) -> StagePlan:
     blocked_by = [name for name, up in needs.items() if up.is_group and up.status.get(GROUP_SUBJECT) in _UNAVAILABLE]
     map_needs = [up for up in needs.values() if not up.is_group]
@@ -485,6 +611,14 @@ def _plan_group(
         for name, up in needs.items()
     }
     key = group_key(ident, member_keys)
+    legacy_key = None
+    if legacy_ident is not None and _legacy_upstream(needs) is not None:
+        legacy_members = {
+            name: ([up.legacy_prefix or ""] if up.is_group
+                   else [f"{up.legacy_prefix}.{up.keys._parts[sid]}" for sid in members])  # type: ignore[attr-defined]
+            for name, up in needs.items()
+        }
+        legacy_key = group_key(legacy_ident, legacy_members)
     components = {
         **common,
         "members": short_digest(canonical_json(members))[:16],
@@ -501,6 +635,7 @@ def _plan_group(
         reasons={},
         components={GROUP_SUBJECT: components},
         members=members,
+        legacy_prefix=legacy_key,
     )
     if blocked_by or (map_needs and not members):
         plan.status[GROUP_SUBJECT] = SubjectStatus.BLOCKED
@@ -516,7 +651,7 @@ def _plan_group(
 
 
 def fingerprints(loaded: LoadedRecipe) -> dict[str, str]:
-    """stage -> code fingerprint (see :mod:`habitrun.planner.fingerprint`)."""
+    """stage -> code fingerprint (see :mod:`habitrun.planner.code`)."""
     return _fingerprints(loaded)
 
 
@@ -526,14 +661,22 @@ def plan_study(
     store: CheckpointStore | None,
     *,
     prints: Mapping[str, str] | None = None,
+    context: KeyContext | None = None,
 ) -> Plan:
-    """Plan every stage of the recipe, in dependency order."""
-    prints = prints if prints is not None else fingerprints(loaded)
+    """Plan every stage of the recipe, in dependency order.
+
+    Reads the input files (a ``stat`` each; a read for those whose stat changed) and the
+    study's code; a missing or unreadable input file is a RecipeError (exit 2).
+    """
+    if context is None:
+        context = build_context(loaded, subjects, store)
+    prints = prints if prints is not None else {n: info.fingerprint for n, info in context.stages.items()}
     recipe = loaded.recipe
-    digests = subject_parts(subjects)
+    digests = subject_parts(subjects) if any(i.variant is None for i in context.stages.values()) else None
     stages: dict[str, StagePlan] = {}
     for stage in recipe.ordered_stages():
         stages[stage.name] = plan_stage(
-            recipe, stage.name, subjects, stages, store, prints[stage.name], digests=digests
+            recipe, stage.name, subjects, stages, store, prints[stage.name],
+            digests=digests if digests is not None else {}, context=context,
         )
     return Plan(stages)

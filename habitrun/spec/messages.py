@@ -51,6 +51,18 @@ def _strip_optional(ann: Any) -> tuple[Any, bool]:
     return ann, False
 
 
+def _model_field(model: type[BaseModel], name: str) -> FieldInfo | None:
+    """A model's field by the name the YAML uses: its alias (``from``) or its own name."""
+    info = model.model_fields.get(name)
+    if info is not None and info.alias in (None, name):
+        return info
+    return next((i for i in model.model_fields.values() if i.alias == name), None)
+
+
+def _yaml_names(model: type[BaseModel]) -> list[str]:
+    return [info.alias or name for name, info in model.model_fields.items()]
+
+
 def field_at(model: type[BaseModel], path: Path_) -> tuple[Any, FieldInfo | None]:
     """(annotation, FieldInfo or None) of the field at ``path`` below ``model``, or (None, None)."""
     ann: Any = model
@@ -59,7 +71,7 @@ def field_at(model: type[BaseModel], path: Path_) -> tuple[Any, FieldInfo | None
         ann, _ = _strip_optional(ann)
         origin = typing.get_origin(ann)
         if _is_model(ann):
-            info = ann.model_fields.get(part) if isinstance(part, str) else None
+            info = _model_field(ann, part) if isinstance(part, str) else None
             if info is None:
                 return None, None
             ann = info.annotation
@@ -142,6 +154,7 @@ _PATTERN_HINTS = {
     "name": "a name of letters, digits, '_', '.' or '-' (not starting with '.' or '-')",
     "operator": "an import path 'module:attribute' (or 'module.attribute')",
     "entrypoint": "an import path 'module:function' (or 'module.function')",
+    "datatype": "a BIDS datatype folder in lowercase letters (anat, func, dwi ...)",
 }
 
 
@@ -152,7 +165,7 @@ def _message(err: dict[str, Any], path: Path_, model: type[BaseModel]) -> FieldP
     if kind == "extra_forbidden":
         parent, _ = field_at(model, path[:-1])
         parent, _ = _strip_optional(parent)
-        choices = list(parent.model_fields) if _is_model(parent) else []
+        choices = _yaml_names(parent) if _is_model(parent) else []
         close = difflib.get_close_matches(str(name), choices, n=1, cutoff=0.6)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         if not close and len(path) == 1:
@@ -212,6 +225,13 @@ def problems_of(exc: ValidationError, data: Any, model: type[BaseModel]) -> list
             continue
         keep_last = err["type"] in ("missing", "extra_forbidden")
         by_path.setdefault(_data_path(data, tuple(err["loc"]), keep_last), []).append(err)
+    deeper = [p for p in by_path if any(len(o) > len(p) and o[: len(p)] == p for o in by_path)]
+    for path in deeper:  # a mapping fits the union's mapping member: the problem is inside it
+        kept = [e for e in by_path[path] if not e["type"].endswith("_type")]
+        if kept:
+            by_path[path] = kept
+        else:
+            del by_path[path]
     for path, errs in by_path.items():
         out.extend(_group(path, errs, model))
     return out

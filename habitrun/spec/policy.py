@@ -23,6 +23,7 @@ Backend = Literal["serial", "process", "dask"]
 ParallelMode = Literal["persistent", "isolated"]
 FailureMode = Literal["continue", "fail_fast"]
 StartMethod = Literal["forkserver", "spawn", "fork"]
+CacheMode = Literal["standard", "deep", "lenient"]
 RetryKind = Literal["worker_died", "oom", "timeout", "exception"]
 RETRY_KINDS: tuple[str, ...] = ("worker_died", "oom", "timeout", "exception")
 DEFAULT_RETRY_ON: tuple[str, ...] = ("worker_died", "oom")
@@ -173,6 +174,9 @@ class RunPolicy(BaseModel):
     log_max_mb: float = Field(default=10.0, gt=0, le=1_000_000, description="A subject's log keeps at most this much of what it printed: the head and the tail, with a line saying how much was cut.")
     start_method: StartMethod = Field(default="forkserver", description="How worker processes start: forkserver (operator module preloaded), spawn, or fork.")
     dask: DaskSettings | None = Field(default=None, description="Dask cluster settings (backend: dask only).")
+    cache: CacheMode = Field(default="standard", description="How input files enter keys: standard (content; a file whose size, mtime and inode are unchanged is not read again), deep (content, every file read every plan), lenient (path and size only, never read).")
+    rerun_on_package_change: bool = Field(default=False, description="Put the versions of the third-party packages a stage's code imports into its keys (default: a change is only reported by plan and status).")
+    report: bool = Field(default=False, description="Write report.html (habitrun report) into the run folder at the end of every run.")
 
     @field_validator("force_rerun_subjects", mode="before")
     @classmethod

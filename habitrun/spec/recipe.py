@@ -7,7 +7,7 @@ These models validate structure and the stage graph. Reading the file
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import (
     BaseModel,
@@ -28,6 +28,7 @@ IMPORT_PATH_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*([:.][
 
 StageKind = Literal["map", "collect", "train"]
 StdStream = Literal["none", "out", "err", "all"]
+FileNeed = Literal["required", "optional"]
 
 
 def _optional_policy_fields() -> dict[str, Any]:
@@ -54,15 +55,64 @@ PolicyOverride = create_model(  # type: ignore[call-overload]
 )
 
 
+FromTemplates = Union[str, tuple[str, ...], dict[str, str]]  # noqa: UP007
+SessionMode = Literal["optional", "required", "none"]
+_BIDS_KEYS = ("datatype", "suffix", "session", "extension")
+_FOUND_KEYS = ("pivot", "required", "fields")
+
+
 class SubjectsSpec(BaseModel):
-    """Where the subjects come from and which of them run."""
+    """Where the subjects come from (a manifest, files found on disk, a BIDS tree) and which of them run."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
-    manifest: str = Field(description="Manifest file (.csv .tsv .json .jsonl .yaml), relative to the recipe.")
-    id: str = Field(default="subject_id", description="Column holding the subject id.")
+    manifest: Optional[str] = Field(default=None, description="Manifest file (.csv .tsv .json .jsonl .yaml), relative to the recipe; with 'from' or 'bids', joined on the id and adds its columns.")  # noqa: UP045
+    from_: Optional[FromTemplates] = Field(default=None, alias="from", description="Path template(s) with named fields, relative to the recipe: 'data/{subject}/{modality}.nii.gz'; a list is merged per subject; a mapping names each template's file column.")  # noqa: UP045
+    bids: Optional[str] = Field(default=None, description="A BIDS folder, relative to the recipe: subjects are sub-<label>[_ses-<label>], one column per suffix.")  # noqa: UP045
+    datatype: Optional[str] = Field(default=None, pattern=r"^[a-z]+$", description="With bids: the datatype folder (anat, func, dwi ...).")  # noqa: UP045
+    suffix: Optional[tuple[str, ...]] = Field(default=None, min_length=1, description="With bids: the suffixes to find (T1w, bold, mask ...): one file column each.")  # noqa: UP045
+    session: SessionMode = Field(default="optional", description="With bids: ses-<label> folders optional, required, or none.")
+    extension: tuple[str, ...] = Field(default=(".nii.gz", ".nii"), min_length=1, description="With bids: file extensions that match.")
+    id: str = Field(default="subject_id", description="The id: a manifest column (default subject_id) or, with 'from', a template field (default subject).")
+    pivot: Optional[str] = Field(default=None, description="With 'from': the field whose values become file columns (one row per id).")  # noqa: UP045
+    required: tuple[str, ...] = Field(default=(), description="With 'from' or 'bids': columns a subject must have; one missing is reported and not run.")
+    fields: dict[str, str] = Field(default_factory=dict, description="With 'from' or 'bids': a regex per field (default [^/]+; a field never crosses '/').")
     include: Optional[tuple[str, ...]] = Field(default=None, description="Only these ids (null: all).")  # noqa: UP045
     exclude: tuple[str, ...] = Field(default=(), description="Ids to leave out.")
+    files: Optional[Union[tuple[str, ...], dict[str, FileNeed]]] = Field(  # noqa: UP007, UP045
+        default=None,
+        description="Manifest columns whose values are input files (paths relative to the recipe, several separated by ';', a folder meaning every file under it): a list (each required) or {column: required|optional}. Their content enters the subjects' keys.",
+    )
+
+    def file_columns(self) -> dict[str, bool]:
+        """column -> required, for every column named in ``files``."""
+        if self.files is None:
+            return {}
+        if isinstance(self.files, dict):
+            return {col: need == "required" for col, need in self.files.items()}
+        return dict.fromkeys(self.files, True)
+
+    @field_validator("files")
+    @classmethod
+    def _files_once(cls, value: Any) -> Any:
+        if isinstance(value, tuple):
+            for i, col in enumerate(value):
+                if col in value[:i]:
+                    raise ValueError(f"files lists column {col!r} twice")
+        return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _id_default(cls, data: Any) -> Any:
+        """With 'from' the id is a template field, 'subject' unless given."""
+        if isinstance(data, dict) and "from" in data and "id" not in data:
+            return {**data, "id": "subject"}
+        return data
+
+    @field_validator("suffix", "extension", "required", mode="before")
+    @classmethod
+    def _one_as_list(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
 
     @field_validator("include", "exclude", mode="before")
     @classmethod
@@ -73,6 +123,64 @@ class SubjectsSpec(BaseModel):
                     raise ValueError(f"subject ids must be strings, got {item!r}")
             return tuple(str(v) for v in value)
         return value
+
+    @property
+    def found(self) -> bool:
+        """Subjects come from files on disk ('from' or 'bids'), not from the manifest alone."""
+        return self.from_ is not None or self.bids is not None
+
+    def templates(self) -> list[tuple[tuple[Any, ...], str | None, str]]:
+        """(field path of the template in the recipe, its file column or None, template text)."""
+        if self.bids is not None:
+            from habitrun.spec.bids import bids_templates
+
+            return [(("bids",), None, text) for text in bids_templates(self)]
+        if isinstance(self.from_, str):
+            return [(("from",), None, self.from_)]
+        if isinstance(self.from_, tuple):
+            return [(("from", i), None, text) for i, text in enumerate(self.from_)]
+        if isinstance(self.from_, dict):
+            return [(("from", name), name, text) for name, text in self.from_.items()]
+        return []
+
+    def patterns(self) -> dict[str, str]:
+        """Each field's regex: the recipe's, or the BIDS entity's."""
+        if self.bids is not None:
+            from habitrun.spec.bids import bids_patterns
+
+            return bids_patterns(self)
+        return dict(self.fields)
+
+    @model_validator(mode="after")
+    def _sources(self) -> SubjectsSpec:
+        problems: list[tuple[tuple[Any, ...], str]] = []
+        given = self.model_fields_set
+        if self.bids is not None and self.from_ is not None:
+            problems.append((("bids",), "give either 'from' (path templates) or 'bids' (a BIDS folder), not both"))
+        if self.manifest is None and not self.found:
+            problems.append(((), "missing required key 'manifest' (or 'from' to find subjects from files, or 'bids')"))
+        if self.bids is None:
+            problems += [((k,), f"{k!r} belongs to 'bids' (a BIDS folder)") for k in _BIDS_KEYS if k in given]
+        if not self.found:
+            problems += [((k,), f"{k!r} belongs to 'from' (path templates) or 'bids'")
+                         for k in _FOUND_KEYS if k in given and getattr(self, k)]
+        if self.bids is not None:
+            if self.datatype is None:
+                problems.append(((), "missing required key 'datatype' (with bids: anat, func, dwi ...)"))
+            if self.suffix is None:
+                problems.append(((), "missing required key 'suffix' (with bids: e.g. [T1w, mask])"))
+            for k in ("id", "pivot"):
+                if k in given:
+                    problems.append(((k,), f"{k!r} is fixed with bids (id sub-<label>[_ses-<label>], one column per suffix)"))
+        if problems:
+            raise LocatedError(problems)
+        if self.found:
+            from habitrun.spec.found_checks import check_found
+
+            problems += check_found(self)
+        if problems:
+            raise LocatedError(problems)
+        return self
 
 
 class LaunchSpec(BaseModel):
@@ -118,6 +226,17 @@ class StageSpec(BaseModel):
     needs: tuple[str, ...] = Field(default=(), description="Stages whose results this stage reads.")
     policy: Optional[PolicyOverride] = Field(default=None, description="Fields of the recipe's policy this stage overrides.")  # type: ignore[valid-type]  # noqa: UP045
     launch: Optional[LaunchSpec] = Field(default=None, description="Rank-group options (train).")  # noqa: UP045
+    inputs: tuple[str, ...] = Field(default=(), description="Files the stage reads that are not in the manifest (an atlas, a checkpoint): paths or globs relative to the recipe; their content enters every key of the stage.")
+    fields: Optional[tuple[str, ...]] = Field(default=None, description="The manifest columns this stage uses: only these enter its keys (null: every column).")  # noqa: UP045
+    code_version: Optional[str] = Field(default=None, min_length=1, description="Replaces the automatic code fingerprint: only this text counts for the code (bump it to rerun).")  # noqa: UP045
+
+    @field_validator("code_version", mode="before")
+    @classmethod
+    def _number_as_version(cls, value: Any) -> Any:
+        """``code_version: 2`` is the text "2"."""
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)
+        return value
 
     @field_validator("command", mode="before")
     @classmethod
@@ -146,6 +265,9 @@ class StageSpec(BaseModel):
                 problems.append((where, "a train stage needs exactly one of 'entrypoint' or 'command'"))
         if self.kind == "collect" and not self.needs:
             problems.append((("kind",), "a collect stage needs at least one stage in 'needs'"))
+        for i, col in enumerate(self.fields or ()):
+            if col in (self.fields or ())[:i]:
+                problems.append((("fields", i), f"'fields' lists column {col!r} twice"))
         for i, need in enumerate(self.needs):
             if need in self.needs[:i]:
                 problems.append((("needs", i), f"'needs' lists stage {need!r} twice"))

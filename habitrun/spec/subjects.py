@@ -24,6 +24,7 @@ from habitrun.errors import RecipeError
 from habitrun.spec.gcpause import gc_paused
 
 if TYPE_CHECKING:
+    from habitrun.spec.discover import Discovery
     from habitrun.spec.loader import LoadedRecipe
 
 FORMATS = (".csv", ".tsv", ".json", ".jsonl", ".ndjson", ".yaml", ".yml")
@@ -38,6 +39,27 @@ class SubjectRow(NamedTuple):
     id: str
     fields: dict[str, Any]
     safe: str
+
+
+class SubjectTable(list):  # type: ignore[type-arg]
+    """The subjects a run uses (a list of SubjectRow), and what is known about its columns.
+
+    ``file_columns`` name the columns whose values are paths of input files
+    (every column discovery fills from the disk): the planner may fingerprint
+    their content. ``discovery`` is the report of a ``from``/``bids`` table
+    (found, incomplete, the columns), None for a manifest.
+    """
+
+    def __init__(self, rows: Any = (), *, file_columns: tuple[str, ...] = (),
+                 required: tuple[str, ...] = (), discovery: Discovery | None = None) -> None:
+        super().__init__(rows)
+        self.file_columns = tuple(file_columns)
+        self.required = tuple(required)
+        self.discovery = discovery
+
+    def file_needs(self) -> dict[str, bool]:
+        """file column -> required (every row has a file there), as the planner's file keys want it."""
+        return {column: column in self.required for column in self.file_columns}
 
 
 def safe_name(subject_id: str) -> str:
@@ -252,19 +274,55 @@ def _id_text(value: Any) -> str | None:
     return None
 
 
-def load_subjects(loaded: LoadedRecipe) -> list[SubjectRow]:
-    """The recipe's subjects in manifest order, include/exclude applied.
+def load_subjects(loaded: LoadedRecipe) -> SubjectTable:
+    """The recipe's subjects, include/exclude applied: in manifest order, or found on disk sorted by id.
 
     Raises RecipeError for a missing or unreadable manifest, a missing id
     column, an empty or duplicate id, an empty manifest, an include/exclude
-    id that is not in the manifest, or filters that leave no subject.
+    id that is not in the manifest, or filters that leave no subject; for
+    subjects found on disk, see :func:`habitrun.spec.discover.discover`.
     """
     with gc_paused():
-        return _load_subjects(loaded)
+        if loaded.recipe.subjects.found:
+            return _found_subjects(loaded)
+        return SubjectTable(_load_subjects(loaded))
+
+
+def _found_subjects(loaded: LoadedRecipe) -> SubjectTable:
+    from habitrun.spec.discover import discover
+
+    found, report = discover(loaded)
+    known = {sid: i for i, (sid, _) in enumerate(found)}
+    known.update((sid, -1) for sid, _ in report.incomplete)
+    problems = _filter_problems(loaded, known)
+    if problems:
+        raise RecipeError(problems)
+    rows = _apart_without_case(_with_safe_names([SubjectRow(sid, row, sid) for sid, row in found]))
+    if not rows:
+        raise RecipeError([f"{loaded.locate(('subjects', 'required'))}: every subject found is incomplete: "
+                           f"{report.incomplete_text()}"])
+    rows = _filtered(loaded, rows)
+    if not rows:
+        raise RecipeError([f"{loaded.locate(('subjects',))}: include/exclude leave no subjects to run"])
+    return SubjectTable(rows, file_columns=report.file_columns, required=loaded.recipe.subjects.required,
+                        discovery=report)
+
+
+def _filtered(loaded: LoadedRecipe, rows: list[SubjectRow]) -> list[SubjectRow]:
+    spec = loaded.recipe.subjects
+    if spec.include is not None:
+        wanted = set(spec.include)
+        rows = [r for r in rows if r.id in wanted]
+    if spec.exclude:
+        dropped = set(spec.exclude)
+        rows = [r for r in rows if r.id not in dropped]
+    return rows
 
 
 def _load_subjects(loaded: LoadedRecipe) -> list[SubjectRow]:
     spec = loaded.recipe.subjects
+    assert spec.manifest is not None  # the model requires one without 'from' / 'bids'
+
     path = Path(spec.manifest).expanduser()
     path = path if path.is_absolute() else loaded.root / path
     where = loaded.locate(("subjects", "manifest"))
@@ -303,13 +361,7 @@ def _load_subjects(loaded: LoadedRecipe) -> list[SubjectRow]:
     problems += _filter_problems(loaded, seen)
     if problems:
         raise RecipeError(problems)
-    rows = _apart_without_case(_with_safe_names(rows))
-    if spec.include is not None:
-        wanted = set(spec.include)
-        rows = [r for r in rows if r.id in wanted]
-    if spec.exclude:
-        dropped = set(spec.exclude)
-        rows = [r for r in rows if r.id not in dropped]
+    rows = _filtered(loaded, _apart_without_case(_with_safe_names(rows)))
     if not rows:
         raise RecipeError([f"{loaded.locate(('subjects',))}: include/exclude leave no subjects to run"])
     return rows
@@ -361,7 +413,8 @@ def _filter_problems(loaded: LoadedRecipe, known: dict[str, int]) -> list[str]:
         for i, subject_id in enumerate(ids):
             if subject_id not in known:
                 hint = _missing_id_hint(name, subject_id, known)
-                problems.append(f"{loaded.locate(('subjects', name, i))}: subject {subject_id!r} is not in the manifest{hint}")
+                where = "found on disk" if spec.found else "in the manifest"
+                problems.append(f"{loaded.locate(('subjects', name, i))}: subject {subject_id!r} is not {where}{hint}")
     return problems
 
 
@@ -376,3 +429,23 @@ def _missing_id_hint(name: str, subject_id: str, known: dict[str, int]) -> str:
             return f" (did you mean {same!r}? write {name}: [{same!r}] — ids are text)"
     close = difflib.get_close_matches(subject_id, list(known), n=1) if len(known) <= 5000 else []
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def row_locations(loaded: LoadedRecipe, ids: set[str]) -> dict[str, str]:
+    """subject id -> ``manifest:line`` of its row, for messages about a few subjects.
+
+    Reads the manifest again: this is the error path, and rows do not carry their lines.
+    """
+    spec = loaded.recipe.subjects
+    path = Path(spec.manifest).expanduser()
+    path = path if path.is_absolute() else loaded.root / path
+    try:
+        table = read_manifest(path, spec.manifest)
+    except (OSError, RecipeError):
+        return {}
+    out: dict[str, str] = {}
+    for ref, fields in table.rows:
+        sid = _id_text(fields.get(spec.id))
+        if sid in ids and sid not in out:
+            out[sid] = f"{table.source}:{table.line(ref)}"
+    return out

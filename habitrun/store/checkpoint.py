@@ -81,6 +81,7 @@ from habitrun.store.schema import (
     read_version,
     upgrade,
 )
+from habitrun.store.trace import TRACE_INSERT, TRACE_SCHEMA, read_trace
 
 # A success replaces anything; a failure never replaces a stored success for the same key
 # (the key says the inputs are identical, so the stored result is still valid).
@@ -241,7 +242,8 @@ class CheckpointStore:
         try:
             store = cls(directory, cache._con, cache)
             with store._transaction() as con:
-                for statement in SCHEMA:
+                # The trace table is additive (store/trace.py): made by writers only.
+                for statement in SCHEMA + TRACE_SCHEMA:
                     con.execute(statement)
                 upgrade(con)
         except BaseException:
@@ -278,8 +280,8 @@ class CheckpointStore:
         return self._con.execute(sql, params).fetchall()
 
     # -- writing -----------------------------------------------------------------------------
-    def put(self, records: Sequence[Record]) -> None:
-        """Store a batch in one transaction: all of it or (on an error) none of it.
+    def put(self, records: Sequence[Record], trace: Sequence[tuple] = ()) -> None:
+        """Store a batch, and its trace rows (store/trace.py), in one transaction: all or none.
 
         A success's result is serialised by diskcache's ``Disk`` (so it reads back the way
         diskcache reads its own values). A small one goes into the record's own row, one
@@ -287,6 +289,9 @@ class CheckpointStore:
         ``Cache`` row and a file). Storing is then a few tens of microseconds a subject.
         """
         if not records:
+            if trace:
+                with self._transaction() as con:
+                    con.executemany(TRACE_INSERT, trace)
             return
         now = time.time()
         disk = self._writer().disk
@@ -340,6 +345,8 @@ class CheckpointStore:
             with self._cache._transact(retry=True) as (sql, remove_after_commit):
                 self._put_spilled(sql, rows, spilled, now, remove_after_commit)
                 self._con.executemany(_UPSERT, rows)
+                if trace:
+                    self._con.executemany(TRACE_INSERT, trace)
         except BaseException:
             for stored in spilled.values():  # files of a batch that was not written
                 disk.remove(stored[2])
@@ -417,6 +424,67 @@ class CheckpointStore:
             con.execute(f"DELETE FROM {_RECORDS} WHERE key IN {_KEYS_PARAM}", (json.dumps(present),))
             con.execute(f"DELETE FROM {_CHANGED} WHERE key IN {_KEYS_PARAM}", (json.dumps(present),))
         return len(present)
+
+    def adopt(self, moves: Sequence[tuple[str, str, str]]) -> int:
+        """Move records, with their results, from old keys to new ones: (old, new, components JSON).
+
+        The planner finds a result stored under the key an older habitrun computed for the same
+        inputs; moving it to today's key keeps it (nothing reruns because the key format changed).
+        """
+        if not moves:
+            return 0
+        moved = 0
+        try:
+            with self._transaction() as con:
+                for old, new, components in moves:
+                    cur = con.execute(
+                        f"UPDATE OR REPLACE {_RECORDS} SET key = ?, components = ? WHERE key = ?",
+                        (new, components, old),
+                    )
+                    moved += cur.rowcount
+                    if self._cache_used:
+                        con.execute("UPDATE OR REPLACE Cache SET key = ? WHERE key = ? AND raw = 1", (new, old))
+        except sqlite3.Error as exc:
+            raise StoreError(
+                f"cannot move {len(moves)} stored result(s) to today's keys in {self.directory} ({exc}); "
+                "nothing was changed, and `habitrun plan` still counts them done"
+            ) from None
+        return moved
+
+    def stage_packages(self, stage: str, *, prefix: str = "", key: str | None = None) -> list[dict]:
+        """The distinct package versions kept with the stage's successes under one key, or under
+        every key starting with ``prefix`` (one scan of the stage's range)."""
+        if key is not None:
+            where, params = "stage = ? AND key = ?", (stage, key)
+        else:
+            upper = prefix[:-1] + chr(ord(prefix[-1]) + 1) if prefix else "\U0010ffff"
+            where, params = "stage = ? AND key >= ? AND key < ?", (stage, prefix, upper)
+        try:
+            rows = self._query(
+                f"SELECT DISTINCT json_extract(components, '$.packages') FROM {_RECORDS} WHERE {where} AND ok = 1",
+                params,
+            )
+        except sqlite3.Error:
+            return []
+        out = []
+        for (text,) in rows:
+            try:
+                value = json.loads(text) if text else None
+            except ValueError:
+                continue
+            if isinstance(value, dict):
+                out.append(value)
+        return out
+
+    def meta(self, name: str) -> str | None:
+        """A value habitrun keeps about the store (see :meth:`set_meta`)."""
+        rows = self._query(f"SELECT value FROM {META_TABLE} WHERE name = ?", (name,))
+        return rows[0][0] if rows else None
+
+    def set_meta(self, name: str, value: str) -> None:
+        """Keep a small named value (e.g. the package versions a stage last ran with)."""
+        with self._transaction() as con:
+            con.execute(f"INSERT OR REPLACE INTO {META_TABLE} VALUES (?, ?)", (name, value))
 
     # -- reading -----------------------------------------------------------------------------
     def states(self, keys: Iterable[str]) -> dict[str, StoredState]:
@@ -498,6 +566,20 @@ class CheckpointStore:
         if bad:
             raise UnreadableResults(self.directory, bad)
         return out
+
+    def trace(self, *, run_id: str | None = None, stage: str | None = None,
+              keys: Iterable[str] | None = None) -> list[tuple]:
+        """Trace rows (columns: store.trace.TRACE_COLUMNS), oldest first; ``keys``: only those keys'."""
+        wanted = None if keys is None else json.dumps(keys if isinstance(keys, list) else list(keys))
+        return read_trace(self._con, run_id=run_id, stage=stage, keys=wanted)
+
+    def durations(self, keys: Iterable[str]) -> dict[str, float]:
+        """key -> stored duration of the record (seconds) for the stored ones among ``keys``."""
+        keys = keys if isinstance(keys, list) else list(keys)
+        if not keys:
+            return {}
+        rows = self._query(f"SELECT key, duration FROM {_RECORDS} WHERE key IN {_KEYS_PARAM}", (json.dumps(keys),))
+        return {key: duration for key, duration in rows}
 
     def unreadable(self, stage: str, prefix: str = "") -> dict[str, str]:
         """Stored successes of ``stage`` whose result fails its check: key (without ``prefix``) -> why.

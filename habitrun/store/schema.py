@@ -16,6 +16,7 @@ from typing import Any
 
 from habitrun.errors import StoreError
 from habitrun.store.damage import Damage, in_memory, open_for_reading, quick_check, repair_file
+from habitrun.store.filetable import FILES_SCHEMA
 from habitrun.store.guard import DB_NAME, META_TABLE, STORE_FORMAT, STORE_VERSION
 
 RECORDS = "habitrun_record"
@@ -35,6 +36,7 @@ SCHEMA = (
     # mostly next to each other; a second index ordered by the (random) key would cost a
     # page written per record per commit.
     f"CREATE INDEX IF NOT EXISTS {RECORDS}_stage ON {RECORDS} (stage, subject_id, written_at, ok, key)",
+    FILES_SCHEMA,  # input file digests (habitrun.store.filetable); added to older stores when opened
     f"INSERT OR IGNORE INTO {META_TABLE} VALUES ('format', '{STORE_FORMAT}')",
     f"INSERT OR IGNORE INTO {META_TABLE} VALUES ('version', '{STORE_VERSION}')",
 )

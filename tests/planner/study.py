@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from habitrun.planner.plan import GROUP_SUBJECT, Plan, SubjectStatus, fingerprints, plan_stage
+from habitrun.planner.context import build_context
+from habitrun.planner.plan import GROUP_SUBJECT, Plan, SubjectStatus, plan_stage
 from habitrun.spec.loader import LoadedRecipe, load_recipe
 from habitrun.spec.subjects import load_subjects
 from habitrun.store.checkpoint import CheckpointStore, Record
@@ -45,10 +46,11 @@ def run_like_the_engine(loaded: LoadedRecipe, subjects: list, store: CheckpointS
                         fail: dict[str, set[str]] | None = None) -> Plan:
     """Plan stage by stage, 'run' what is to run (success unless listed in ``fail``), store it."""
     fail = fail or {}
-    prints = fingerprints(loaded)
+    context = build_context(loaded, subjects, store)
     plans: dict = {}
     for stage in loaded.recipe.ordered_stages():
-        plan = plan_stage(loaded.recipe, stage.name, subjects, plans, store, prints[stage.name])
+        plan = plan_stage(loaded.recipe, stage.name, subjects, plans, store, context.fingerprint(stage.name),
+                          context=context)
         records = []
         for sid in plan.to_run():
             failed = sid in fail.get(stage.name, set())

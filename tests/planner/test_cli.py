@@ -85,7 +85,7 @@ def test_status_and_plan_after_a_run_with_a_failure(study: Path) -> None:
     assert "upstream 'a' failed" in plan.stdout and "nothing to run" in plan.stdout
 
     stale = habitrun("plan", str(study), "stages.b.params.bins=3", "--reason", cwd=folder)
-    assert "stale (params changed): 4" in stale.stdout and "S1, S3, S4, S5" in stale.stdout
+    assert "stale (params.bins: 8 → 3): 4" in stale.stdout and "S1, S3, S4, S5" in stale.stdout
 
 
 HOLD = """

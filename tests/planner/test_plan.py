@@ -58,7 +58,7 @@ def test_editing_a_param_makes_that_stage_and_downstream_stale(study) -> None:
     plan = replan(recipe, store)
     assert statuses(plan, "a") == dict.fromkeys(IDS, DONE)
     assert statuses(plan, "b") == dict.fromkeys(IDS, STALE)
-    assert plan.stages["b"].reasons == dict.fromkeys(IDS, ["params changed"])
+    assert plan.stages["b"].reasons == dict.fromkeys(IDS, ["params.bins: 8 → 16"])
     assert statuses(plan, "c") == {GROUP_SUBJECT: STALE}
     assert plan.stages["c"].reasons[GROUP_SUBJECT] == ["upstream 'b' changed"]
 
@@ -66,16 +66,16 @@ def test_editing_a_param_makes_that_stage_and_downstream_stale(study) -> None:
 def test_an_override_is_a_param_edit_too(study) -> None:
     recipe, store = study
     plan = replan(recipe, store, "stages.a.params.scale=3")
-    assert plan.stages["a"].reasons == dict.fromkeys(IDS, ["params changed"])
+    assert plan.stages["a"].reasons == dict.fromkeys(IDS, ["params.scale: 2 → 3"])
     assert plan.stages["b"].reasons == dict.fromkeys(IDS, ["upstream 'a' changed"])
 
 
 def test_editing_operator_code_makes_its_stage_stale(study) -> None:
     recipe, store = study
     ops = recipe.parent / "ops_a.py"
-    ops.write_text(ops.read_text() + "\n# a comment is a code change too\n")
+    ops.write_text(ops.read_text().replace("scale *", "scale +"))
     plan = replan(recipe, store)
-    assert plan.stages["a"].reasons == dict.fromkeys(IDS, ["operator code changed"])
+    assert plan.stages["a"].reasons == dict.fromkeys(IDS, ["code: ops_a.py changed"])
     assert plan.stages["b"].reasons == dict.fromkeys(IDS, ["upstream 'a' changed"])
     assert statuses(plan, "c") == {GROUP_SUBJECT: STALE}
 
@@ -86,8 +86,8 @@ def test_editing_the_module_of_b_and_c_leaves_a_done(study) -> None:
     ops.write_text(ops.read_text().replace("% bins", "// bins"))
     plan = replan(recipe, store)
     assert statuses(plan, "a") == dict.fromkeys(IDS, DONE)
-    assert plan.stages["b"].reasons == dict.fromkeys(IDS, ["operator code changed"])
-    assert "operator code changed" in plan.stages["c"].reasons[GROUP_SUBJECT]
+    assert plan.stages["b"].reasons == dict.fromkeys(IDS, ["code: ops_b.py changed"])
+    assert "code: ops_b.py changed" in plan.stages["c"].reasons[GROUP_SUBJECT]
 
 
 def test_editing_one_manifest_row_makes_only_that_subject_stale(study) -> None:
@@ -96,9 +96,9 @@ def test_editing_one_manifest_row_makes_only_that_subject_stale(study) -> None:
     manifest.write_text(manifest.read_text().replace("S3,30,site1", "S3,31,site1"))
     plan = replan(recipe, store)
     assert statuses(plan, "a") == {**dict.fromkeys(IDS, DONE), "S3": STALE}
-    assert plan.stages["a"].reasons == {"S3": ["manifest row changed"]}
+    assert plan.stages["a"].reasons == {"S3": ["manifest row changed: x 30 → 31"]}
     assert statuses(plan, "b") == {**dict.fromkeys(IDS, DONE), "S3": STALE}
-    assert plan.stages["b"].reasons == {"S3": ["manifest row changed", "upstream 'a' changed"]}
+    assert plan.stages["b"].reasons == {"S3": ["manifest row changed: x 30 → 31", "upstream 'a' changed"]}
     assert plan.stages["c"].reasons[GROUP_SUBJECT] == ["upstream 'b' changed"]
     assert plan.stages["a"].to_run() == ["S3"]
 
@@ -178,7 +178,7 @@ def test_plan_json_is_complete(study) -> None:
     data = replan(recipe, store, "stages.b.params.bins=9").to_json()
     b = data["stages"][1]
     assert b["name"] == "b" and b["counts"]["stale"] == 5 and b["to_run"] == 5
-    assert b["subjects"]["S1"]["status"] == "stale" and b["subjects"]["S1"]["reasons"] == ["params changed"]
+    assert b["subjects"]["S1"]["status"] == "stale" and b["subjects"]["S1"]["reasons"] == ["params.bins: 8 → 9"]
     assert data["counts"]["done"] == 5
 
 
@@ -193,3 +193,25 @@ def test_components_json_is_the_components_as_the_store_keeps_them(tmp_path: Pat
             text = stage.components_json(sid)
             assert json.loads(text) == stage.components[sid] and text == compact(stage.components[sid])
     assert json.loads(plan.stages["b"].components_json("S1"))["upstream"] == {"a": plan.stages["a"].keys["S1"]}
+
+
+def test_a_stage_downstream_of_one_keyed_on_fewer_fields_still_sees_every_change(tmp_path: Path) -> None:
+    recipe = write_study(tmp_path)
+    recipe.write_text(recipe.read_text().replace(
+        '{name: a, operator: "ops_a:load", params: {scale: 2}}',
+        '{name: a, operator: "ops_a:load", params: {scale: 2}, fields: [x]}'))
+    loaded, subjects = load(recipe)
+    with CheckpointStore.open(loaded.store_dir()) as store:
+        ran = run_like_the_engine(loaded, subjects, store)
+        assert ran.stages["a"].variant != ran.stages["b"].variant
+        assert replan(recipe, store).counts()["done"] == 11
+        manifest = recipe.parent / "subjects.csv"
+        manifest.write_text(manifest.read_text().replace("S2,20,site0", "S2,20,site9"))
+        plan = replan(recipe, store)
+        assert statuses(plan, "a") == dict.fromkeys(IDS, DONE)  # a keys on x only
+        assert statuses(plan, "b") == {**dict.fromkeys(IDS, DONE), "S2": STALE}
+        assert plan.stages["b"].reasons["S2"] == ["manifest row changed: site site0 → site9"]
+        manifest.write_text(manifest.read_text().replace("S2,20,site9", "S2,21,site0"))
+        plan = replan(recipe, store)
+        assert plan.stages["a"].reasons == {"S2": ["manifest row changed: x 20 → 21"]}
+        assert plan.stages["b"].reasons == {"S2": ["manifest row changed: x 20 → 21", "upstream 'a' changed"]}

@@ -108,7 +108,9 @@ def test_init_writes_a_study_that_validates(tmp_path: Path):
     checked = run_cli("validate", str(target / "recipe.yaml"))
     assert checked.returncode == 0, checked.stderr
     assert "ok: the recipe is valid" in checked.stdout
-    assert "subjects  6" in checked.stdout
+    assert "subjects  6 to run of 6 found by data/{subject}/{image}.csv" in checked.stdout
+    ran = run_cli("run", str(target / "recipe.yaml"))
+    assert ran.returncode == 0, ran.stdout + ran.stderr
     again = run_cli("init", str(target))
     assert again.returncode == 2
     assert "already exists" in again.stderr and "Traceback" not in again.stderr

@@ -336,7 +336,7 @@ class StageDispatch:
         self._deliver(pairs)
 
     def _outcome(self, task: SubjectTask, wire: WireOutcome) -> SubjectOutcome:
-        _, ok, payload, error, kind, tb, duration, pid = wire
+        _, ok, payload, error, kind, tb, duration, pid, usage = wire
         result = None
         if ok and payload is not None:
             try:
@@ -345,7 +345,7 @@ class StageDispatch:
                 ok, kind = False, FailureKind.UNPICKLABLE
                 error = f"result cannot be unpickled by the runner: {type(exc).__name__}: {exc}"
         return SubjectOutcome(task, ok, result=result, error=error, kind=kind, traceback=tb,
-                              duration_sec=duration, worker_pid=pid)
+                              duration_sec=duration, worker_pid=pid, usage=usage)
 
     def _deliver(self, pairs: list[tuple[int, SubjectOutcome]]) -> None:
         """Report each subject once, however many ways its outcome arrived."""

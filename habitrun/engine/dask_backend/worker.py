@@ -45,8 +45,9 @@ _BATCH_LOCK = threading.Lock()  # one batch at a time even on a worker with nthr
 _RUNNER: _SubjectThread | None = None
 _RUNNER_LOCK = threading.Lock()
 
-# Wire form of one outcome: (index, ok, pickled result | None, error, kind, traceback, duration, pid)
-WireOutcome = tuple[int, bool, "bytes | None", "str | None", "str | None", "str | None", float, "int | None"]
+# Wire form of one outcome: (index, ok, pickled result | None, error, kind, traceback, duration, pid, usage)
+WireOutcome = tuple[int, bool, "bytes | None", "str | None", "str | None", "str | None", float, "int | None",
+                    "tuple | None"]
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,7 @@ def _wire(index: int, outcome: SubjectOutcome) -> WireOutcome:
         except Exception as exc:  # noqa: BLE001 - any pickling failure means the same to the user
             ok, kind = False, FailureKind.UNPICKLABLE
             error = f"result of type {type(outcome.result).__name__} cannot be pickled: {one_line(exc)}"
-    return (index, ok, payload, error, kind, tb, outcome.duration_sec, outcome.worker_pid)
+    return (index, ok, payload, error, kind, tb, outcome.duration_sec, outcome.worker_pid, outcome.usage)
 
 
 def _pause_worker(worker: Any) -> None:

@@ -353,10 +353,10 @@ class _StageRun:
     # -------------------------------------------------------------- outcomes
     def finish(self, worker: Worker | None, task: SubjectTask, ok: bool, *, result: Any = None,
                error: str | None = None, kind: str | None = None, traceback: str | None = None,
-               duration: float = 0.0) -> None:
+               duration: float = 0.0, usage: tuple | None = None) -> None:
         # positional: keyword arguments cost more than the object, once per subject
         self.batch.append(SubjectOutcome(task, ok, result, error, None if ok else kind, traceback, duration,
-                                         worker.pid if worker else None))
+                                         worker.pid if worker else None, usage))
         self.owed -= 1
         if not ok and kind == FailureKind.OOM:
             self.b._note_oom()
@@ -676,10 +676,11 @@ class _StageRun:
                 else:
                     self.queue.appendleft(task)
         elif tag == P.DONE and w.outstanding:
-            _, ok, result, error, kind, tb, duration = msg
+            _, ok, result, error, kind, tb, duration, usage = msg
             w.replies += 1
             task = w.outstanding.popleft()
-            self.finish(w, task, ok, result=result, error=error, kind=kind, traceback=tb, duration=duration)
+            self.finish(w, task, ok, result=result, error=error, kind=kind, traceback=tb, duration=duration,
+                        usage=usage)
             w.head_since = now
             if ok:
                 w.successes += 1

@@ -2,7 +2,7 @@
 
 Runner -> worker: ``(BIND, op)``, ``(RUN, task_tuple)``, ``(RETIRE,)``, ``(EXIT,)``, ``(TERMINATE,)``.
 Worker -> runner: ``(BOUND,)``, ``(BIND_ERROR, message, traceback)``,
-``(DONE, ok, result, error, kind, traceback, duration)``, ``(SKIPPED,)``.
+``(DONE, ok, result, error, kind, traceback, duration, usage)`` (usage: see engine/usage.py), ``(SKIPPED,)``.
 
 Several RUN frames travel in one write (one wake-up of the worker) when
 subjects are short; each run is still pickled on its own, so a task that

@@ -146,16 +146,16 @@ class _Inbox:
 
 def _outcome_message(outcome: SubjectOutcome) -> bytes:
     message = (P.DONE, outcome.ok, outcome.result, outcome.error, outcome.kind,
-               outcome.traceback, outcome.duration_sec)
+               outcome.traceback, outcome.duration_sec, outcome.usage)
     try:
         return P.dumps(message)
     except BaseException as exc:  # noqa: BLE001 - whatever pickling raises is the subject's error
         return P.dumps((P.DONE, False, None, f"result is not picklable: {one_line(exc)}",
-                        FailureKind.UNPICKLABLE, traceback.format_exc(), outcome.duration_sec))
+                        FailureKind.UNPICKLABLE, traceback.format_exc(), outcome.duration_sec, outcome.usage))
 
 
 def _failure(error: str, kind: str) -> bytes:
-    return P.dumps((P.DONE, False, None, error, kind, None, 0.0))
+    return P.dumps((P.DONE, False, None, error, kind, None, 0.0, None))
 
 
 _SKIPPED = P.dumps((P.SKIPPED,))

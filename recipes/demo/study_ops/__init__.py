@@ -1,1 +1,1 @@
-"""Operators of the habitrun demo study: a synthetic lung-lesion cohort (no download needed)."""
+"""Operators of the habitrun demo study: a synthetic lung-lesion CT cohort as NIfTI files (no download needed)."""

@@ -1,0 +1,59 @@
+"""`habitrun trace RECIPE [-o trace.csv|trace.jsonl] [--stage S] [--run RUN_ID]`: one row per subject attempt.
+
+The rows come from the store's trace table (store/trace.py): what each
+attempt cost (wall and CPU seconds, peak memory, bytes read and written)
+and how it ended, with its worker, host and GPU. By default the latest run's
+rows; ``--run all`` gives every run's. Nothing is written to the store.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from habitrun.cli.app import app, err_console
+from habitrun.cli.tables import write_table
+from habitrun.cli.text import esc
+from habitrun.errors import UsageError
+from habitrun.planner.results import open_store
+from habitrun.spec.loader import LoadedRecipe, load_recipe
+from habitrun.store.runs import latest_run, list_runs
+from habitrun.store.trace import TRACE_COLUMNS
+
+
+def pick_run(loaded: LoadedRecipe, run_id: str | None) -> str | None:
+    """The run id to show: the given one (checked), the latest, or None for ``all``."""
+    if run_id == "all":
+        return None
+    if run_id is None:
+        latest = latest_run(loaded.run_root())
+        if latest is None:
+            raise UsageError(f"no run yet for {loaded.path}: run the study first (habitrun run)")
+        return latest.run_id
+    known = [r.run_id for r in list_runs(loaded.run_root())]
+    if run_id not in known:
+        shown = ", ".join(known[-5:]) or "none"
+        raise UsageError(f"no run {run_id!r} under {loaded.run_root() / 'runs'} (latest: {shown}; or --run all)")
+    return run_id
+
+
+@app.command()
+def trace(
+    recipe: Path = typer.Argument(..., help="The study's recipe YAML."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="File to write: .csv .tsv .jsonl .parquet (default: CSV on stdout)."),  # noqa: UP045
+    stage: Optional[str] = typer.Option(None, "--stage", help="Only this stage's attempts."),  # noqa: UP045
+    run: Optional[str] = typer.Option(None, "--run", help="A run id (default: the latest run; 'all': every run)."),  # noqa: UP045
+) -> None:
+    """Write one row per subject attempt: outcome, times, CPU, peak memory, I/O, worker, host, GPU."""
+    loaded = load_recipe(recipe)
+    if stage is not None and stage not in {s.name for s in loaded.recipe.stages}:
+        raise UsageError(f"the recipe has no stage {stage!r}; its stages are: "
+                         f"{', '.join(s.name for s in loaded.recipe.stages)}")
+    run_id = pick_run(loaded, run)
+    with open_store(loaded) as store:
+        rows = store.trace(run_id=run_id, stage=stage)
+    write_table(output, TRACE_COLUMNS, [dict(zip(TRACE_COLUMNS, row, strict=True)) for row in rows])
+    if output is not None:
+        err_console.print(f"wrote {len(rows)} attempt(s) to {esc(str(output))}", highlight=False)

@@ -1,0 +1,235 @@
+"""Everything outside the recipe text that a plan's keys depend on, gathered once per plan.
+
+Per stage: its code (:mod:`habitrun.planner.code`), its declared input files,
+the packages its code imports, its cache mode and the manifest columns it
+uses. Per subject: the text of its input files (:mod:`habitrun.planner.files`).
+From these, :meth:`KeyContext.parts` gives each map stage's subject parts and
+:meth:`KeyContext.fingerprint` the stage's fingerprint (see
+:mod:`habitrun.planner.keys` for how they make a key).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from habitrun.errors import RecipeError
+from habitrun.planner.code import CodeInfo, code_info
+from habitrun.planner.files import (
+    Digester,
+    SubjectFiles,
+    cell_paths,
+    file_columns,
+    scan_subjects,
+    stage_inputs,
+)
+from habitrun.planner.fingerprint import command_fingerprint
+from habitrun.planner.keys import canonical_json, subject_parts, variant_parts
+from habitrun.spec.operators import operator_fingerprint
+from habitrun.spec.recipe import StageSpec
+
+if TYPE_CHECKING:
+    from habitrun.spec.loader import LoadedRecipe
+    from habitrun.store.checkpoint import CheckpointStore
+
+Variant = tuple[Any, ...]
+
+
+@dataclass
+class StageInputs:
+    """What one stage's keys depend on besides its definition and upstream stages."""
+
+    stage: StageSpec
+    code: CodeInfo
+    fingerprint: str  # code (or code_version), declared inputs, packages when they count
+    inputs: dict[str, str]  # declared input as written -> digest (lenient: size)
+    mode: str  # cache mode
+    packages_in_key: bool
+    file_cols: tuple[str, ...]  # the file columns its subject parts cover
+    variant: Variant | None  # None: the subject parts habitrun always computed
+    legacy_fingerprint: str | None = None  # the fingerprint before issue 10, when its keys may match
+
+    def code_components(self) -> Any:
+        if self.stage.code_version is not None:
+            return {"code_version": self.stage.code_version}
+        return self.code.modules or self.fingerprint[:16]
+
+
+@dataclass
+class KeyContext:
+    """Per-plan inputs of the keys (see the module docstring)."""
+
+    loaded: LoadedRecipe
+    subjects: Sequence[Any]
+    stages: dict[str, StageInputs]
+    files: SubjectFiles | None
+    digester: Digester | None
+    _parts: dict[Any, dict[str, str]] = field(default_factory=dict)
+
+    def fingerprint(self, name: str) -> str:
+        return self.stages[name].fingerprint
+
+    def parts(self, name: str, digests: Mapping[str, str] | None = None) -> dict[str, str] | Mapping[str, str]:
+        """subject id -> subject part of map stage ``name`` (shared by stages of one variant)."""
+        info = self.stages[name]
+        if info.variant is None:
+            if digests is not None:
+                return digests
+            info_key: Any = None
+        else:
+            info_key = info.variant
+        found = self._parts.get(info_key)
+        if found is None:
+            if info.variant is None:
+                found = subject_parts(self.subjects)
+            else:
+                found = variant_parts(self.subjects, info.stage.fields, self._file_texts(info), info.file_cols)
+            self._parts[info_key] = found
+        return found
+
+    def _file_texts(self, info: StageInputs) -> Mapping[str, str] | None:
+        if self.files is None or not info.file_cols:
+            return None
+        lenient = info.mode == "lenient"
+        table = self.files.lenient if lenient else self.files.content
+        if info.file_cols == self.files.columns:
+            return table  # every column: joined once by the scan
+        index = [self.files.columns.index(c) for c in info.file_cols]
+        return {sid: "\x1e".join([texts.split("\x1e")[i] for i in index]) for sid, texts in table.items()}
+
+    def subject_files(self, name: str, sid: str, fields: Mapping[str, Any]) -> dict[str, str]:
+        """column -> ``path=digest;...`` (lenient: ``path#size``) of a subject's files in stage
+        ``name``, as its records keep them for reasons."""
+        info = self.stages[name]
+        if self.files is None or not info.file_cols:
+            return {}
+        lenient = info.mode == "lenient"
+        texts = self.files.per_column(sid, lenient)
+        if not texts:
+            return {}
+        sep = "#" if lenient else "="
+        out = {}
+        for col in info.file_cols:
+            text = texts[self.files.columns.index(col)]
+            if not text:
+                out[col] = ""
+                continue
+            values = text.split(";")
+            paths = cell_paths(fields.get(col))
+            if len(paths) != len(values):
+                paths = [f"#{i}" for i in range(len(values))]
+            out[col] = ";".join(
+                f"{p.rstrip('/')}/{sep}{v[1:]}" if v.startswith("/") else f"{p}{sep}{v}"
+                for p, v in zip(paths, values, strict=True) if v or p
+            )
+        return out
+
+    def save(self, store: CheckpointStore | None) -> None:
+        """Keep the digests of files read for this plan in the store's table (best effort)."""
+        if self.digester is not None:
+            self.digester.save(store)
+
+
+def _legacy_fingerprint(stage: StageSpec, search_path: tuple[str, ...], root: Path) -> str:
+    """The code fingerprint habitrun used before issue 10 (module bytes, command argv and files)."""
+    if stage.operator is not None:
+        return operator_fingerprint(stage.operator, search_path)
+    if stage.entrypoint is not None:
+        return operator_fingerprint(stage.entrypoint, search_path)
+    return command_fingerprint(stage.command or (), root)
+
+
+def stage_code(stage: StageSpec, search_path: tuple[str, ...], root: Path) -> CodeInfo:
+    target = stage.operator or stage.entrypoint
+    if target is not None:
+        return code_info(target, search_path, code_version=stage.code_version)
+    if stage.code_version is not None:
+        return CodeInfo("version:" + stage.code_version)
+    return CodeInfo("command:" + command_fingerprint(stage.command or (), root))
+
+
+def build_context(
+    loaded: LoadedRecipe,
+    subjects: Sequence[Any],
+    store: CheckpointStore | None,
+    *,
+    save: bool = True,
+    verify_only: bool = False,
+) -> KeyContext:
+    """Read code, packages and input files for one plan; RecipeError (exit 2) for a missing or
+    unreadable input file, listing every one found (up to 20).
+
+    ``verify_only`` (validate): only check that every input file is there and readable; nothing
+    is hashed, so the keys of that context are not the plan's."""
+    recipe = loaded.recipe
+    search_path = tuple(loaded.search_path)
+    root = Path(loaded.root)
+    columns = file_columns(loaded, subjects)
+    policies = {s.name: recipe.stage_policy(s.name) for s in recipe.stages}
+    modes = {name: p.cache for name, p in policies.items()}
+    needs_files = bool(columns) or any(s.inputs for s in recipe.stages)
+    digester = None
+    files = None
+    problems: list[str] = []
+    if needs_files:
+        digester = Digester(
+            None if verify_only else store,
+            deep=any(m == "deep" for m in modes.values()),
+            content=not verify_only and any(m != "lenient" for m in modes.values()),
+            check_readable=verify_only,
+        )
+        if columns:
+            try:
+                files = scan_subjects(loaded, subjects, columns, digester,
+                                      lenient=any(m == "lenient" for m in modes.values()))
+            except RecipeError as exc:
+                problems.extend(exc.problems)
+    stages: dict[str, StageInputs] = {}
+    present = set(subjects[0].fields) if subjects else set()
+    for i, stage in enumerate(recipe.stages):
+        for j, col in enumerate(stage.fields or ()):
+            if col not in present:
+                problems.append(f"{loaded.locate(('stages', i, 'fields', j))}: column {col!r} is not in the manifest")
+        mode = modes[stage.name]
+        inputs: dict[str, str] = {}
+        if stage.inputs and digester is not None:
+            try:
+                inputs = stage_inputs(loaded, i, digester, lenient=mode == "lenient")
+            except RecipeError as exc:
+                problems.extend(exc.problems)
+        code = stage_code(stage, search_path, root)
+        in_key = policies[stage.name].rerun_on_package_change
+        pieces = [code.fingerprint]
+        if inputs:
+            pieces.append("inputs:" + canonical_json(inputs))
+        if in_key and code.packages:
+            pieces.append("packages:" + canonical_json(code.packages))
+        if stage.kind == "map":
+            cols = tuple(c for c in sorted(columns) if stage.fields is None or c in stage.fields)
+        else:
+            cols = ()
+        variant = None
+        if cols or stage.fields is not None:
+            variant = (stage.fields, cols, mode == "lenient")
+        legacy = None
+        if not verify_only and variant is None and not stage.inputs and stage.code_version is None \
+                and not (in_key and code.packages):
+            legacy = _legacy_fingerprint(stage, search_path, root)
+        stages[stage.name] = StageInputs(
+            stage=stage, code=code, fingerprint="\x00".join(pieces), inputs=inputs, mode=mode,
+            packages_in_key=in_key, file_cols=cols, variant=variant, legacy_fingerprint=legacy,
+        )
+    if problems:
+        raise RecipeError(problems)
+    context = KeyContext(loaded, subjects, stages, files, digester)
+    if save:
+        context.save(store)
+    return context
+
+
+def fingerprints(loaded: LoadedRecipe) -> dict[str, str]:
+    """stage name -> code fingerprint (code and code_version only; no files are read)."""
+    search_path = tuple(loaded.search_path)
+    return {s.name: stage_code(s, search_path, Path(loaded.root)).fingerprint for s in loaded.recipe.stages}

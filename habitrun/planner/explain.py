@@ -1,0 +1,169 @@
+"""Why a key changed, in words: the components stored with the old record against today's.
+
+Each record keeps what went into its key (see ``plan._stage_components``):
+the code of each study module, params, declared inputs, package versions,
+the manifest fields and input files of the subject, and the upstream keys.
+Comparing them names the cause: ``params.bins: 32 → 64``, ``code:
+study_ops/util.py changed``, ``image: data/s1.nii.gz content changed``,
+``manifest row changed: age 65 → 66``, ``upstream 'normalise' changed``.
+A record written before a component was kept is explained more coarsely.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from habitrun.planner.keys import canonical_json
+
+MAX_SHOWN = 60  # a value longer than this is shown cut
+
+
+def _show(value: Any) -> str:
+    text = value if isinstance(value, str) and value else canonical_json(value)
+    return text if len(text) <= MAX_SHOWN else text[: MAX_SHOWN - 3] + "..."
+
+
+def _flat_diff(prefix: str, old: Any, new: Any, out: list[str]) -> None:
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in sorted(set(old) | set(new), key=str):
+            here = f"{prefix}.{key}" if prefix else str(key)
+            if key not in old:
+                out.append(f"{here}: added ({_show(new[key])})")
+            elif key not in new:
+                out.append(f"{here}: removed (was {_show(old[key])})")
+            else:
+                _flat_diff(here, old[key], new[key], out)
+    elif canonical_json(old) != canonical_json(new):
+        out.append(f"{prefix}: {_show(old)} → {_show(new)}")
+
+
+def _code(old: Any, new: Any) -> list[str]:
+    if old == new:
+        return []
+    if isinstance(old, dict) and isinstance(new, dict):
+        if "code_version" in old or "code_version" in new:
+            if old.get("code_version") != new.get("code_version"):
+                return [f"code_version: {old.get('code_version', '(automatic)')} → {new.get('code_version', '(automatic)')}"]
+            return []
+        out = []
+        for path in sorted(set(old) | set(new)):
+            if path not in old:
+                out.append(f"code: {path} now imported")
+            elif path not in new:
+                out.append(f"code: {path} no longer imported")
+            elif old[path] != new[path]:
+                out.append(f"code: {path} changed")
+        return out or ["operator code changed"]
+    return ["operator code changed"]
+
+
+def _entries(text: str) -> dict[str, str]:
+    out = {}
+    for item in text.split(";") if text else ():
+        sep = "=" if "=" in item else "#"
+        name, _, value = item.rpartition(sep)
+        out[name] = value
+    return out
+
+
+def _files(old: Mapping[str, str], new: Mapping[str, str]) -> list[str]:
+    out = []
+    for col in sorted(set(old) | set(new)):
+        if col not in old:
+            out.append(f"{col}: files now part of the key")
+            continue
+        if col not in new:
+            out.append(f"{col}: no longer part of the key")
+            continue
+        if old[col] == new[col]:
+            continue
+        before, after = _entries(old[col]), _entries(new[col])
+        lenient = "#" in new[col] and "=" not in new[col]
+        was_lenient = "#" in old[col] and "=" not in old[col]
+        if before and after and lenient != was_lenient:
+            out.append(f"{col}: cache mode changed ({'lenient' if lenient else 'content'})")
+            continue
+        for path in sorted(set(before) | set(after)):
+            if path not in before:
+                out.append(f"{col}: {path} added")
+            elif path not in after:
+                out.append(f"{col}: {path} removed")
+            elif before[path] != after[path]:
+                out.append(f"{col}: {path} {'size' if lenient else 'content'} changed")
+        if not before.keys() | after.keys():
+            out.append(f"{col}: files changed")
+    return out
+
+
+def _row(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    if set(new) < set(old) and len(old) - len(new) > 1 and all(old[c] == new[c] for c in new):
+        return [f"manifest columns in the key now: {', '.join(sorted(new))}"]  # the stage lists its fields
+    changes = []
+    for col in sorted(set(old) | set(new)):
+        if col not in old:
+            changes.append(f"{col} added ({_show(new[col])})")
+        elif col not in new:
+            changes.append(f"{col} removed (was {_show(old[col])})")
+        elif old[col] != new[col]:
+            changes.append(f"{col} {_show(old[col])} → {_show(new[col])}")
+    return ["manifest row changed: " + ", ".join(changes)] if changes else []
+
+
+def explain(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """Why a key changed, from the components stored with the old record and the current ones."""
+    reasons: list[str] = []
+    if not old:
+        return ["inputs changed (the stored record predates change tracking)"]
+    if old.get("kind") != new.get("kind"):
+        reasons.append("stage kind changed")
+    if old.get("operator") != new.get("operator"):
+        reasons.append("operator changed")
+    else:
+        reasons.extend(_code(old.get("code"), new.get("code")))
+    if old.get("params") != new.get("params"):
+        if isinstance(old.get("params"), dict) and isinstance(new.get("params"), dict):
+            diff: list[str] = []
+            _flat_diff("params", old["params"], new["params"], diff)
+            reasons.extend(diff or ["params changed"])
+        else:
+            reasons.append("params changed")
+    if (old.get("inputs") or {}) != (new.get("inputs") or {}):
+        before, after = old.get("inputs") or {}, new.get("inputs") or {}
+        for path in sorted(set(before) | set(after)):
+            if path not in before:
+                reasons.append(f"input {path} added")
+            elif path not in after:
+                reasons.append(f"input {path} removed")
+            elif before[path] != after[path]:
+                reasons.append(f"input {path} changed")
+    if new.get("packages_key") and (old.get("packages") or {}) != (new.get("packages") or {}):
+        reasons.extend(f"packages: {change}" for change in package_changes(old.get("packages") or {}, new["packages"]))
+    subject: list[str] = []
+    if "files" in new or "files" in old:
+        subject.extend(_files(old.get("files") or {}, new.get("files") or {}))
+    if "fields" in new and "fields" in old:
+        subject.extend(_row(old["fields"], new["fields"]))
+    if "row" in new and old.get("row") != new.get("row") and not subject:
+        subject.append("manifest row changed")
+    reasons.extend(subject)
+    if "members" in new and old.get("members") != new.get("members"):
+        reasons.append("subjects changed")
+    old_up, new_up = old.get("upstream") or {}, new.get("upstream") or {}
+    if set(old_up) != set(new_up):
+        reasons.append("needs changed")
+    if "members" not in new or old.get("members") == new.get("members"):
+        for name in new_up:
+            if name in old_up and old_up[name] != new_up[name]:
+                reasons.append(f"upstream {name!r} changed")
+    return reasons or ["inputs changed"]
+
+
+def package_changes(old: Mapping[str, str], new: Mapping[str, str]) -> list[str]:
+    """``numpy 1.26.4 → 2.1.0`` for each distribution whose version differs (or came or went)."""
+    out = []
+    for name in sorted(set(old) | set(new)):
+        before, after = old.get(name), new.get(name)
+        if before != after:
+            out.append(f"{name} {before or '(none)'} → {after or '(none)'}")
+    return out

@@ -1,0 +1,288 @@
+"""Subjects found from files on disk: templates -> walk -> one row per subject.
+
+Each match gives field values and a file. Rows are merged per subject id:
+fields become columns, files go to their file column (the pivot field's
+value, the template's name in a ``from:`` mapping, else ``path``). Two
+different values for one subject and column are an error listing them
+(without a pivot, that is a duplicate id). A subject missing a ``required``
+column is *incomplete*: reported, not run. A manifest, if given, is joined on
+the id and adds its columns. Rows are sorted by id, so the table is the same
+on every machine; :func:`write_table` writes it into the run folder.
+"""
+
+from __future__ import annotations
+
+import csv
+import difflib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from habitrun.errors import RecipeError
+from habitrun.spec.bids import PARTICIPANTS, bids_id
+from habitrun.spec.found_checks import PATH_COLUMN
+from habitrun.spec.pathtemplate import parse_template
+from habitrun.spec.walk import WalkResult, walk
+
+if TYPE_CHECKING:
+    from habitrun.spec.loader import LoadedRecipe
+
+MAX_LISTED = 20
+_BIDS_HIDDEN = ("extension", "suffix")
+
+
+@dataclass
+class Discovery:
+    """What discovery found: the table's columns, and the subjects it cannot run."""
+
+    source: str
+    """The templates (or the BIDS folder), as the recipe writes them."""
+    columns: tuple[str, ...]
+    file_columns: tuple[str, ...]
+    """Columns that hold paths of files (their content is what a stage reads)."""
+    files: int = 0
+    found: int = 0
+    """Subjects found, complete or not."""
+    incomplete: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
+    """(id, missing required columns), sorted by id."""
+    manifest: str | None = None
+    without_manifest_row: list[str] = field(default_factory=list)
+    manifest_rows_without_files: int = 0
+
+    def incomplete_text(self, limit: int = 5) -> str:
+        """``3 incomplete, not run: S04 (missing mask), S09 (missing ct, mask) ...``."""
+        shown = [f"{sid} (missing {', '.join(cols)})" for sid, cols in self.incomplete[:limit]]
+        more = f" ... and {len(self.incomplete) - limit} more" if len(self.incomplete) > limit else ""
+        return f"{len(self.incomplete)} incomplete, not run: {', '.join(shown)}{more}"
+
+
+class _Merge:
+    """Rows by id; (id, column) pairs given two different values, to report with their files."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, dict[str, str]] = {}
+        self.conflicts: set[tuple[str, str]] = set()
+
+    def put(self, sid: str, column: str, value: str) -> None:
+        row = self.rows.get(sid)
+        if row is None:
+            self.rows[sid] = {column: value}
+            return
+        old = row.setdefault(column, value)
+        if old != value:
+            self.conflicts.add((sid, column))
+
+    def add(self, matches: list[tuple[str, dict[str, str]]], id_field: str, pivot: str | None, plain: str) -> None:
+        """Every match of one template: its fields, and its file under the pivot's value (or ``plain``)."""
+        rows, conflicts = self.rows, self.conflicts
+        for path, values in matches:
+            sid = values[id_field]
+            row = rows.get(sid)
+            if row is None:
+                row = rows[sid] = {}
+            for name, value in values.items():
+                if name != pivot and row.setdefault(name, value) != value:
+                    conflicts.add((sid, name))
+            target = values[pivot] if pivot is not None else plain
+            if row.setdefault(target, path) != path:
+                conflicts.add((sid, target))
+
+
+def _conflict_messages(merge: _Merge, sources: list[tuple[str | None, WalkResult]],
+                       columns_of: Callable[[dict[str, str], str | None], dict[str, str]],
+                       id_of: Callable[[dict[str, str]], str], where: str, pivot: str | None) -> list[str]:
+    """One message per (id, column) with two values, naming the files that gave them (error path only)."""
+    wanted = sorted(merge.conflicts)[:MAX_LISTED]
+    files: dict[tuple[str, str], list[str]] = {pair: [] for pair in wanted}
+    for column, result in sources:
+        for path, values in result.matches:
+            sid = id_of(values)
+            for name in columns_of(values, column):
+                listed = files.get((sid, name))
+                if listed is not None and result.rel(path) not in listed:
+                    listed.append(result.rel(path))
+    out = []
+    for (sid, column), paths in files.items():
+        shown = ", ".join(paths)
+        if column == PATH_COLUMN and pivot is None:
+            out.append(f"{where}: duplicate subject id {sid!r}: {shown} (each match is one subject: "
+                       "set subjects.pivot, or a field regex, to tell them apart)")
+        else:
+            out.append(f"{where}: subject {sid!r} has two values for column {column!r}: {shown}")
+    if len(merge.conflicts) > MAX_LISTED:
+        out.append(f"{where}: ... and {len(merge.conflicts) - MAX_LISTED} more subjects with two values for one column")
+    return out
+
+
+def discover(loaded: LoadedRecipe) -> tuple[list[tuple[str, dict[str, Any]]], Discovery]:
+    """(id, row) of every subject found, sorted by id, and the Discovery report.
+
+    Incomplete subjects are in the report, not in the rows. Raises RecipeError
+    (located at the recipe key) for a template that matches nothing, two values
+    for one subject and column, an unknown required column, or a bad manifest.
+    """
+    spec = loaded.recipe.subjects
+    bids = spec.bids is not None
+    patterns = spec.patterns()
+    pivot = "suffix" if bids else spec.pivot
+    id_of: Callable[[dict[str, str]], str] = bids_id if bids else (lambda values: values[spec.id])
+    merge = _Merge()
+    field_columns: list[str] = ["participant_id", "subject", "session"] if bids else []
+    file_columns: list[str] = []
+    empty: list[tuple[tuple[Any, ...], str, str]] = []  # (recipe key, template, where it looked)
+    files = 0
+    texts: list[str] = []
+    found: list[tuple[str | None, WalkResult]] = []
+
+    def columns_of(values: dict[str, str], column: str | None) -> dict[str, str]:
+        """The columns one match fills, besides its file: fields, or the BIDS entities."""
+        if bids:
+            return {"participant_id": f"sub-{values['subject']}", "subject": values["subject"],
+                    "session": values.get("session", "")}
+        return {k: v for k, v in values.items() if k != pivot}
+
+    for at, column, text in spec.templates():
+        template = parse_template(text, patterns)
+        texts.append(text)
+        result = walk(template, loaded.root, patterns)
+        if not result.matches:
+            empty.append((at, text, result.nearest()))
+            continue
+        files += len(result.matches)
+        found.append((column, result))
+        for name in template.fields:
+            if name != pivot and not (bids and name in _BIDS_HIDDEN) and name not in field_columns:
+                field_columns.append(name)
+        plain = column or PATH_COLUMN
+        if bids:
+            for path, values in result.matches:
+                sid = bids_id(values)
+                for name, value in columns_of(values, column).items():
+                    merge.put(sid, name, value)
+                merge.put(sid, values["suffix"], path)
+        else:
+            merge.add(result.matches, spec.id, pivot if pivot in template.fields else None, plain)
+        targets = {values[pivot] for _, values in result.matches} if pivot in template.fields else {plain}
+        file_columns.extend(sorted(t for t in targets if t not in file_columns))
+    where = loaded.locate(("subjects", "bids" if bids else "from"))
+    if bids and len(empty) == len(texts):
+        raise RecipeError([f"{where}: no file matches the BIDS layout {spec.bids!r} "
+                           f"(datatype {spec.datatype}, suffix {', '.join(spec.suffix or ())}): {empty[0][2]}"])
+    if empty and not bids:
+        raise RecipeError([f"{loaded.locate(('subjects', *at))}: no file matches {text!r}: {nearest}"
+                           for at, text, nearest in empty])
+    problems = _conflict_messages(merge, found, _with_file(columns_of, pivot), id_of, where, pivot) if merge.conflicts else []
+    if problems:
+        raise RecipeError(problems)
+    if pivot is not None:
+        if bids:
+            file_columns = [s for s in spec.suffix or () if s in file_columns]
+        else:
+            file_columns = sorted(file_columns)
+    columns = [c for c in field_columns if c not in file_columns] + file_columns
+    unknown = [(j, name) for j, name in enumerate(spec.required) if name not in columns]
+    if unknown:
+        raise RecipeError([
+            f"{loaded.locate(('subjects', 'required', j))}: {name!r} is not a column found on disk "
+            f"({_did_you_mean(name, columns)}columns: {', '.join(columns)})" for j, name in unknown
+        ])
+    report = Discovery(" + ".join(texts) if not bids else f"bids {spec.bids}", tuple(columns),
+                       tuple(file_columns), files)
+    rows: list[tuple[str, dict[str, Any]]] = []
+    width = len(columns)
+    for sid in sorted(merge.rows):
+        row = merge.rows[sid]
+        full = row if len(row) == width else {c: row.get(c, "") for c in columns}
+        missing = tuple(c for c in spec.required if not full[c])
+        if missing:
+            report.incomplete.append((sid, missing))
+        else:
+            rows.append((sid, full))
+    report.found = len(merge.rows)
+    manifest = spec.manifest
+    if manifest is None and bids:
+        default = _under(loaded, spec.bids or ".") / PARTICIPANTS
+        manifest = str(default) if default.is_file() else None
+    if manifest is not None:
+        rows = _join(loaded, manifest, rows, report, join="participant_id" if bids else spec.id)
+    return rows, report
+
+
+def _did_you_mean(name: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(name, choices, n=1)
+    return f"did you mean {close[0]!r}? " if close else ""
+
+
+def _with_file(columns_of: Callable[[dict[str, str], str | None], dict[str, str]],
+               pivot: str | None) -> Callable[[dict[str, str], str | None], dict[str, str]]:
+    """Every column one match fills, its file's column included (for conflict messages)."""
+
+    def columns(values: dict[str, str], column: str | None) -> dict[str, str]:
+        target = values[pivot] if pivot is not None and pivot in values else (column or PATH_COLUMN)
+        return {**columns_of(values, column), target: ""}
+
+    return columns
+
+
+def _under(loaded: LoadedRecipe, text: str) -> Path:
+    path = Path(text).expanduser()
+    return path if path.is_absolute() else loaded.root / path
+
+
+def _join(loaded: LoadedRecipe, manifest: str, rows: list[tuple[str, dict[str, Any]]], report: Discovery,
+          join: str) -> list[tuple[str, dict[str, Any]]]:
+    """Add the manifest's columns to each found subject, matched on ``join``."""
+    from habitrun.spec.subjects import read_manifest
+
+    where = loaded.locate(("subjects", "manifest")) if loaded.recipe.subjects.manifest else loaded.locate(("subjects", "bids"))
+    path = _under(loaded, manifest)
+    if not path.is_file():
+        what = "is a folder, not a manifest file" if path.is_dir() else "does not exist"
+        raise RecipeError([f"{where}: manifest {str(path)!r} {what}"])
+    try:
+        table = read_manifest(path, manifest)
+    except OSError as exc:
+        raise RecipeError([f"{where}: cannot read {str(path)!r}: {exc.strerror or exc}"]) from None
+    columns = table.columns if table.columns is not None else list(dict.fromkeys(k for _, r in table.rows for k in r))
+    if join not in columns:
+        raise RecipeError([f"{where}: manifest {manifest} has no column {join!r} to join the found subjects on "
+                           f"(its columns: {', '.join(columns)})"])
+    clash = [c for c in columns if c != join and c in report.columns]
+    if clash:
+        raise RecipeError([f"{where}: manifest column(s) {', '.join(map(repr, clash))} are also found on disk: rename them"])
+    by_id: dict[str, dict[str, Any]] = {}
+    problems = []
+    for ref, record in table.rows:
+        key = str(record.get(join, "")).strip()
+        if key in by_id:
+            problems.append(f"{table.source}:{table.line(ref)}:1: {join}: duplicate id {key!r}")
+        by_id[key] = record
+    if problems:
+        raise RecipeError(problems[:MAX_LISTED])
+    extra = [c for c in columns if c != join]
+    out = []
+    used: set[str] = set()
+    for sid, row in rows:
+        key = row[join] if join in row else sid
+        record = by_id.get(key)
+        if record is None:
+            report.without_manifest_row.append(sid)
+            record = {}
+        else:
+            used.add(key)
+        row.update({c: record.get(c, "") for c in extra})
+        out.append((sid, row))
+    report.manifest = manifest
+    report.columns = (*report.columns, *extra)
+    report.manifest_rows_without_files = len(by_id) - len(used)
+    return out
+
+
+def write_table(path: Path, columns: tuple[str, ...], rows: list[tuple[str, dict[str, Any]]]) -> None:
+    """The subject table actually used, as CSV (id first): a run's record of what it found."""
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["id", *columns])
+        for sid, row in rows:
+            writer.writerow([sid, *(row.get(c, "") for c in columns)])

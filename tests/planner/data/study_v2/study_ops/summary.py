@@ -1,0 +1,2 @@
+def table(results):
+    return {sid: r for sid, r in sorted(results.items())}
