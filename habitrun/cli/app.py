@@ -11,6 +11,7 @@ none of the others. :func:`main` runs the app and turns a
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
 from pathlib import Path
 
@@ -160,6 +161,10 @@ def main(argv: list[str] | None = None) -> None:
         err_console.print("interrupted")
         sys.exit(EXIT_INTERRUPTED)
     finally:
+        if argv is None:  # the console script: the outcome is decided and printed, so a Ctrl-C in
+            # the last milliseconds of shutdown has nothing left to stop (it would end the
+            # process by SIGINT after a success); in-process callers keep their own handler
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
         discard_early()
 
 

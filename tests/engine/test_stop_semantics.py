@@ -61,13 +61,18 @@ def _wait_for_new_run(folder: Path, before: set[str], proc: subprocess.Popen[str
     return None
 
 
-def _wait_for_stage(run_dir: Path, stage: str, proc: subprocess.Popen[str]) -> None:
+def _started(folder: Path, stage: str) -> int:
+    """Marker lines of ``stage``'s subjects that started (every attempt, every run)."""
+    return sum(file.read_text().count("start") for file in (folder / "markers").glob(f"{stage}*.log"))
+
+
+def _wait_for_start(folder: Path, stage: str, before: int, proc: subprocess.Popen[str]) -> None:
+    """Until a subject of ``stage`` starts in this run (its own marker, not the event log's timing)."""
     deadline = time.monotonic() + 60
-    log = run_dir / "events.jsonl"
     while time.monotonic() < deadline and proc.poll() is None:
-        if log.exists() and f'"event":"stage_started","stage":"{stage}"' in log.read_text().replace(" ", ""):
+        if _started(folder, stage) > before:
             return
-        time.sleep(0.01)
+        time.sleep(0.005)
 
 
 def _interrupted_in(folder: Path) -> set[str]:
@@ -87,7 +92,8 @@ def _interrupted_in(folder: Path) -> set[str]:
 @pytest.mark.timeout(150)
 def test_group_sigints_at_random_moments_record_no_failure_and_resume_completes(tmp_path: Path) -> None:
     # about 2 s of work in the persistent stage, 5 s in the isolated one: interrupted runs land in both
-    recipe = _study(tmp_path, subjects=SUBJECTS, sleep=0.02, sleep2=0.0)
+    # (isolated subjects start in ~10 ms now, so each sleeps 50 ms: the stage lasts long enough to be hit)
+    recipe = _study(tmp_path, subjects=SUBJECTS, sleep=0.02, sleep2=0.05)
     folder = recipe.parent
     rng = random.Random(17)
     outputs = []
@@ -100,11 +106,12 @@ def test_group_sigints_at_random_moments_record_no_failure_and_resume_completes(
         aim_isolated = attempt >= 5 or time.monotonic() - t0 > 20
         in_isolated += aim_isolated
         runs_before = _runs(folder)
+        plus_started = _started(folder, "plus_one")
         proc = _start(recipe, "run" if attempt == 0 else "resume")
         run_dir = _wait_for_new_run(folder, runs_before, proc)
         if aim_isolated and run_dir is not None:
-            _wait_for_stage(run_dir, "plus_one", proc)  # the isolated stage: starting workers, or running
-            time.sleep(rng.uniform(0.0, 1.2))
+            _wait_for_start(folder, "plus_one", plus_started, proc)  # the isolated stage is running
+            time.sleep(rng.uniform(0.0, 0.6))
         else:
             time.sleep(rng.uniform(0.0, 0.6))
         try:
