@@ -716,11 +716,12 @@ class _StudyRunner:
 
     def record(self, stage: str, plan: StagePlan, task: SubjectTask, outcome: SubjectOutcome) -> Record:
         ok = outcome.ok
-        return Record(  # positional, in Record's field order: this runs once per subject
-            stage, task.key, task.subject_id, ok,
-            outcome.result if ok else None, None if ok else outcome.error, None if ok else outcome.kind,
-            task.attempt, plan.components_json(task.subject_id), self.run.run_id, task.log_path,
-            outcome.duration_sec,
+        return Record(
+            stage=stage, key=task.key, subject_id=task.subject_id, ok=ok,
+            result=outcome.result if ok else None, error=None if ok else outcome.error,
+            kind=None if ok else outcome.kind, attempts=task.attempt,
+            components=plan.components_json(task.subject_id), run_id=self.run.run_id, log_path=task.log_path,
+            duration_sec=outcome.duration_sec,
         )
 
     # ------------------------------------------------------------------ train
