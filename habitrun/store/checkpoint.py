@@ -31,6 +31,13 @@ that give the missing columns as NULL.
 Durability: diskcache runs SQLite in WAL mode with ``synchronous=NORMAL``;
 a transaction that committed is in the log, so a process killed right after
 :meth:`CheckpointStore.put` returned loses nothing.
+
+This module opens the store and writes it; the rest is one concern a module:
+the records table's columns (:mod:`~habitrun.store.records`), the formats
+and the steps between them (:mod:`~habitrun.store.migrations`), creating,
+reading read-only and salvaging the file (:mod:`~habitrun.store.schema`),
+the read queries (:mod:`~habitrun.store.queries`) and what the store uses of
+diskcache beyond its public API (:mod:`~habitrun.store.diskcache_adapter`).
 """
 
 
