@@ -32,8 +32,9 @@ from typing import Any
 
 from habitrun.errors import LaunchError
 from habitrun.launcher.environment import rank_env
+from habitrun.launcher.groupspec import RankGroupSpec
 from habitrun.launcher.ports import PortReservation
-from habitrun.launcher.processes import start_processes
+from habitrun.launcher.processes import start_group
 from habitrun.launcher.rendezvous import Rendezvous
 from habitrun.launcher.results import GroupResult
 from habitrun.launcher.std import Std
@@ -132,10 +133,10 @@ def _round(spec: dict[str, Any], rdzv: Rendezvous, round_: int, nproc: int, nnod
             envs[local] = env
         entry, args = _entry(spec)
         grace = float(spec.get("grace", 15.0))
-        ctx = start_processes(str(spec.get("name", "train")), entry, dict.fromkeys(range(nproc), args), envs,
-                              attempt_dir, attempt=round_, redirects=Std.NONE, tee=Std.ALL,
-                              start_method=str(spec.get("start_method", "spawn")), cwd=spec.get("cwd"),
-                              grace=grace, period=POLL_SEC)
+        group = RankGroupSpec(entry, dict.fromkeys(range(nproc), args), name=str(spec.get("name", "train")),
+                              redirects=Std.NONE, tee=Std.ALL, start_method=str(spec.get("start_method", "spawn")),
+                              cwd=spec.get("cwd"), grace=grace, period=POLL_SEC)
+        ctx = start_group(group, envs, attempt_dir, attempt=round_)
         result = _watch(ctx, rdzv, sigs, grace, group_rank, host, nproc)
     finally:
         for r in reservation:
