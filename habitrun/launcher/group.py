@@ -16,6 +16,7 @@ import multiprocessing.connection as mpc
 import os
 import signal
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -30,24 +31,24 @@ from habitrun.launcher.streams import Pump, default_console
 from habitrun.launcher.watchdog import Watchdog
 
 
-class RankProcess:
+class RankProcess(ABC):
     """One started rank: its pid, a pidfd where the system has them, and how to poll and release it."""
 
     def __init__(self, pid: int | None) -> None:
         self.pid: int = int(pid or 0)
         self.pidfd: int | None = open_pidfd(self.pid)
 
+    @abstractmethod
     def poll(self) -> int | None:
         """Its exit code once it has exited (negative: the signal), else None."""
-        raise NotImplementedError
 
     def wait_fd(self) -> int:
         """A descriptor that turns readable when the rank exits."""
         return self.pidfd if self.pidfd is not None else self._exit_fd()
 
+    @abstractmethod
     def _exit_fd(self) -> int:
         """The kind's own exit descriptor, where there is no pidfd."""
-        raise NotImplementedError
 
     def return_value(self) -> Any:
         """What the rank returned, once it exited with 0 (None for a command)."""
@@ -59,7 +60,7 @@ class RankProcess:
             self.pidfd = None
 
 
-class ProcessContext:
+class ProcessContext(ABC):
     """A running rank group. ``wait``/``poll`` return a GroupResult once every rank is done.
 
     Subclasses (one per rank kind) supply ``_prepare`` (check the entrypoint
@@ -96,13 +97,13 @@ class ProcessContext:
 
     # -- the rank kind's part -------------------------------------------------------------
 
+    @abstractmethod
     def _prepare(self) -> None:
         """Check the entrypoint (raise LaunchError) before any rank starts."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _spawn(self, rank: int) -> RankProcess:
         """Start rank ``rank`` (raise LaunchError when it cannot start)."""
-        raise NotImplementedError
 
     # -- starting -------------------------------------------------------------------------
 
