@@ -12,8 +12,9 @@ has no measurements, the first ``stopping`` notice no ``now``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import MISSING, dataclass, fields
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 
 class _Unset:
@@ -36,12 +37,13 @@ class _Unset:
 UNSET: Any = _Unset()
 EVENT_TYPES: dict[str, type[Event]] = {}  # kind -> class
 _FIELDS: dict[type, tuple[str, ...]] = {}  # class -> its field names, in the order they are written
+E = TypeVar("E", bound="Event")
 
 
-def _event(kind: str):  # noqa: ANN202 - a class decorator
+def _event(kind: str) -> Callable[[type[E]], type[E]]:
     """Register a kw-only, slotted event dataclass under ``kind``."""
 
-    def register(cls: type) -> type:
+    def register(cls: type[E]) -> type[E]:
         cls = dataclass(slots=True, kw_only=True)(cls)
         cls.EVENT = kind
         EVENT_TYPES[kind] = cls
