@@ -1,0 +1,78 @@
+"""Which backend variants the behaviour suite runs, and which behaviour applies to which.
+
+A behaviour that cannot apply to a backend is left out of its parametrisation
+(never skipped): the serial backend runs subjects in the test's own process,
+so the policy forbids it a timeout or a memory cap, a death would end the
+test, and it has no separate worker to isolate. ``isolation`` (a fresh
+process per subject) is what isolated mode promises instead of ``reuse``.
+
+Adding a backend: implement ``habitrun.engine.backend.Backend``, make
+``make_backend`` build it from its policy, and add a :class:`Variant` here
+with the behaviours it supports; the suite then runs against it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+BACKEND_LEVEL = ("success", "raise", "timeout", "death", "oom", "stop", "reuse", "isolation")
+ENGINE_LEVEL = ("retry", "retry_death", "fail_fast", "resume")
+BEHAVIOURS = BACKEND_LEVEL + ENGINE_LEVEL
+WORKER_LESS = frozenset({"timeout", "death", "oom", "isolation", "retry_death"})  # need a process boundary
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One backend configuration: the policy fields that select it and what it must do."""
+
+    id: str
+    policy: dict[str, Any]
+    behaviours: frozenset[str]
+    marks: tuple[Any, ...] = field(default=())
+
+    @property
+    def backend(self) -> str:
+        return str(self.policy["backend"])
+
+
+def _process(method: str, mode: str) -> Variant:
+    skip = "isolation" if mode == "persistent" else "reuse"
+    return Variant(f"process-{method}-{mode}",
+                   {"backend": "process", "workers": 2, "start_method": method, "parallel_mode": mode},
+                   frozenset(BEHAVIOURS) - {skip})
+
+
+_NO_DASK = importlib.util.find_spec("distributed") is None
+
+VARIANTS: tuple[Variant, ...] = (
+    Variant("serial", {"backend": "serial", "workers": 1, "subject_timeout_sec": None},
+            frozenset(BEHAVIOURS) - WORKER_LESS),
+    *(_process(method, mode) for mode in ("persistent", "isolated") for method in ("forkserver", "spawn", "fork")),
+    Variant("dask", {"backend": "dask", "workers": 2}, frozenset(BEHAVIOURS) - {"isolation"},
+            marks=(pytest.mark.dask,
+                   pytest.mark.skipif(_NO_DASK, reason="dask.distributed is not installed (habitrun[dask])"))),
+)
+
+
+def variants_for(behaviour: str) -> list[Any]:
+    """pytest params: every variant the behaviour applies to."""
+    assert behaviour in BEHAVIOURS, behaviour
+    return [pytest.param(v, id=v.id, marks=v.marks) for v in VARIANTS if behaviour in v.behaviours]
+
+
+def for_backends(behaviour: str) -> pytest.MarkDecorator:
+    """Run the test once per variant that ``behaviour`` applies to (the ``variant`` argument)."""
+    return pytest.mark.parametrize("variant", variants_for(behaviour))
+
+
+def behaviour_table() -> str:
+    """The table docs/backends.md shows (a test checks the two agree)."""
+    header = "| behaviour | " + " | ".join(v.id for v in VARIANTS) + " |"
+    rule = "|---" * (len(VARIANTS) + 1) + "|"
+    rows = [f"| {b} | " + " | ".join("yes" if b in v.behaviours else "-" for v in VARIANTS) + " |"
+            for b in BEHAVIOURS]
+    return "\n".join([header, rule, *rows])
