@@ -60,11 +60,14 @@ def act(subject, marker_dir=None, fail_file=None):
         raise RuntimeError(f"first attempt of {subject.id} fails")
     elif do == "die_once" and _runs(marker_dir, subject.id) == 1:
         os._exit(3)
+    elif do == "exit0":
+        os._exit(0)
     elif do not in ("ok", "raise_once", "die_once"):
         raise AssertionError(f"unknown action {do!r}")
     return {"id": subject.id, "pid": os.getpid(), "stage": 1}
 
 
-def second(subject):
+def second(subject, marker_dir=None):
     """A second stage's operator: a worker bound to the first stage's must not answer for it."""
+    _mark(marker_dir, f"second-{subject.id}")
     return {"id": subject.id, "pid": os.getpid(), "stage": 2}
