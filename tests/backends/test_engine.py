@@ -78,7 +78,7 @@ def test_a_second_run_does_no_work_and_retries_failures_only_when_asked(variant,
 
 @for_backends("stop")
 def test_a_run_stopped_mid_stage_resumes_without_redoing_or_losing_a_subject(variant, tmp_path):
-    recipe = make_study(tmp_path, variant, [{"id": f"S{i}", "do": "sleep", "sec": 0.3} for i in range(8)])
+    recipe = make_study(tmp_path, variant, [{"id": f"S{i}", "do": "sleep", "sec": 0.15} for i in range(8)])
     stop = StopFlag()
 
     def ctrl_c_after_the_first_subject(event):
@@ -90,7 +90,8 @@ def test_a_run_stopped_mid_stage_resumes_without_redoing_or_losing_a_subject(var
     finally:
         stop.close()
     assert (first.outcome, first.exit_code) == ("interrupted", EXIT_INTERRUPTED)
-    assert 1 <= first.stages["work"].done <= 4 and first.stages["work"].not_run >= 4, first.stages["work"]
+    # the first subject, and at most what each of the two workers had started (and queued) by then
+    assert 1 <= first.stages["work"].done <= 5 and first.stages["work"].not_run >= 3, first.stages["work"]
     assert "after" not in first.stages or first.stages["after"].done == 0
     assert not first.failures
 

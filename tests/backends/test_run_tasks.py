@@ -66,7 +66,7 @@ def test_an_exception_fails_its_subject_only(variant, backends, tasks):
 
 @for_backends("timeout")
 def test_a_subject_past_its_timeout_fails_and_its_worker_is_stopped(variant, backends, tasks):
-    backend = backends(variant, subject_timeout_sec=1.5)
+    backend = backends(variant, subject_timeout_sec=1.0)
     got = run(backend, suite_op(), tasks({"do": "sleep"}, {"do": "ok"}, {"do": "ok"}))
     slow = got["S0"]
     assert not slow.ok and slow.kind == FailureKind.TIMEOUT and "subject_timeout_sec" in slow.error, slow
