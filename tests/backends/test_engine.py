@@ -1,4 +1,4 @@
-"""What the engine does on top of every backend: retry rounds, fail-fast, resume.
+"""What the engine does on top of every backend: retry rounds, fail-fast, resume, a stop and its resume.
 
 The backend is chosen by the study's policy, as in a real run; which behaviour
 applies to which backend: tests/backends/variants.py (and docs/backends.md).
@@ -76,7 +76,7 @@ def test_a_second_run_does_no_work_and_retries_failures_only_when_asked(variant,
     assert started(tmp_path / "markers") == calls  # only the failed subject, and what needs it
 
 
-@for_backends("stop")
+@for_backends("stop_resume")
 def test_a_run_stopped_mid_stage_resumes_without_redoing_or_losing_a_subject(variant, tmp_path):
     recipe = make_study(tmp_path, variant, [{"id": f"S{i}", "do": "sleep", "sec": 0.15} for i in range(8)])
     stop = StopFlag()
