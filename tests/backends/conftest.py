@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from habitrun.engine.backend import Backend, OperatorRef
-from habitrun.engine.backends import make_backend
+from habitrun.engine.backend_choice import make_backend
 from habitrun.spec.policy import RunPolicy
 from tests.backends.variants import Variant
 from tests.conftest import fail_on_leftovers, wait_gone

@@ -10,6 +10,7 @@ import signal
 
 from habitrun.engine.backend import FailureKind
 from habitrun.engine.control import StopFlag
+from habitrun.engine.events import SubjectDone
 from habitrun.errors import EXIT_FAILED_SUBJECTS, EXIT_INTERRUPTED, EXIT_OK
 from tests.backends.conftest import started
 from tests.backends.study import failed_ids, make_study, run
@@ -82,7 +83,7 @@ def test_a_run_stopped_mid_stage_resumes_without_redoing_or_losing_a_subject(var
     stop = StopFlag()
 
     def ctrl_c_after_the_first_subject(event):
-        if event.get("event") == "subject_done":
+        if isinstance(event, SubjectDone):
             stop.set("signal SIGINT", signum=signal.SIGINT)  # what the runner's SIGINT handler does
 
     try:
