@@ -24,7 +24,7 @@ import pytest
 BACKEND_LEVEL = ("success", "raise", "timeout", "death", "oom", "stop", "reuse", "isolation")
 ENGINE_LEVEL = ("retry", "retry_death", "fail_fast", "resume", "stop_resume")
 BEHAVIOURS = BACKEND_LEVEL + ENGINE_LEVEL
-WORKER_LESS = frozenset({"timeout", "death", "oom", "isolation", "retry_death"})  # need a process boundary
+NEED_A_WORKER_PROCESS = frozenset({"timeout", "death", "oom", "isolation", "retry_death"})
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ _NO_DASK = importlib.util.find_spec("distributed") is None
 
 VARIANTS: tuple[Variant, ...] = (
     Variant("serial", {"backend": "serial", "workers": 1, "subject_timeout_sec": None},
-            frozenset(BEHAVIOURS) - WORKER_LESS),
+            frozenset(BEHAVIOURS) - NEED_A_WORKER_PROCESS),
     *(_process(method, mode) for mode in ("persistent", "isolated") for method in ("forkserver", "spawn", "fork")),
     Variant("dask", {"backend": "dask", "workers": 2}, frozenset(BEHAVIOURS) - {"isolation"},
             marks=(pytest.mark.dask,
