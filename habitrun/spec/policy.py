@@ -251,5 +251,3 @@ class RunPolicy(BaseModel):
         data.update(override)
         return type(self).model_validate(data)
 
-
-POLICY_FIELDS: tuple[str, ...] = tuple(RunPolicy.model_fields)

@@ -6,7 +6,6 @@ These models validate structure and the stage graph. Reading the file
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import (
@@ -22,7 +21,6 @@ from pydantic import (
 from habitrun.spec.located import LocatedError
 from habitrun.spec.policy import MAX_WAIT_SEC, RunPolicy, expand_retry_kinds
 
-RECIPE_VERSION = 1
 STAGE_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
 IMPORT_PATH_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*([:.][A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*)$"
 
@@ -392,5 +390,3 @@ def _closest(word: str, choices: list[str]) -> str | None:
     match = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
     return match[0] if match else None
 
-
-STAGE_NAME_RE = re.compile(STAGE_NAME_PATTERN)
