@@ -19,7 +19,7 @@ from pydantic import (
 )
 
 from habitrun.spec.located import LocatedError
-from habitrun.spec.policy import MAX_WAIT_SEC, RunPolicy, expand_retry_kinds
+from habitrun.spec.policy import MAX_WAIT_SEC, RunPolicy, expand_retry_kinds, ids_as_strings
 
 STAGE_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
 IMPORT_PATH_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*([:.][A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*)$"
@@ -115,12 +115,7 @@ class SubjectsSpec(BaseModel):
     @field_validator("include", "exclude", mode="before")
     @classmethod
     def _ids_as_strings(cls, value: Any) -> Any:
-        if isinstance(value, (list, tuple)):
-            for item in value:
-                if not isinstance(item, (str, int)) or isinstance(item, bool):
-                    raise ValueError(f"subject ids must be strings, got {item!r}")
-            return tuple(str(v) for v in value)
-        return value
+        return ids_as_strings(value)
 
     @property
     def found(self) -> bool:
