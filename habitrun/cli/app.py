@@ -70,7 +70,13 @@ class LazyCommands(typer.core.TyperGroup):
     def format_help(self, ctx: typer.Context, formatter: object) -> None:  # type: ignore[override]
         self._listing = True  # the listing shows placeholders as they are
         try:
-            super().format_help(ctx, formatter)  # type: ignore[arg-type]
+            if self.rich_markup_mode == "rich":
+                from habitrun.cli.listing import print_listing
+
+                commands = (self.get_command(ctx, name) for name in self.list_commands(ctx))
+                print_listing(self, ctx, (c for c in commands if c is not None and not c.hidden))  # type: ignore[misc]
+            else:
+                super().format_help(ctx, formatter)  # type: ignore[arg-type]
         finally:
             self._listing = False
 
