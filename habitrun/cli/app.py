@@ -23,7 +23,6 @@ from rich.console import Console
 from habitrun import __version__
 from habitrun.cli.text import esc
 from habitrun.errors import EXIT_INTERRUPTED, HabitrunError
-from habitrun.spec.opcheck import discard_early, start_early
 
 # Every command, in help order, with the one-line help `habitrun --help` shows
 # for it: listing the commands (and suggesting one for a typo) needs no import
@@ -157,6 +156,8 @@ def main(argv: list[str] | None = None) -> None:
     """Console-script entry point; ``argv`` (default: ``sys.argv[1:]``) lets a test run it in-process."""
     recipe = early_recipe(sys.argv[1:] if argv is None else argv)
     if recipe is not None:
+        from habitrun.spec.opcheck import start_early
+
         # Started before the command is imported: its imports overlap with ours.
         start_early(recipe)
     try:
@@ -171,7 +172,10 @@ def main(argv: list[str] | None = None) -> None:
             # the last milliseconds of shutdown has nothing left to stop (it would end the
             # process by SIGINT after a success); in-process callers keep their own handler
             signal.signal(signal.SIGINT, signal.SIG_IGN)
-        discard_early()
+        if recipe is not None:
+            from habitrun.spec.opcheck import discard_early
+
+            discard_early()
 
 
 if __name__ == "__main__":  # pragma: no cover
