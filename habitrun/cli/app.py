@@ -154,12 +154,19 @@ def early_recipe(argv: list[str]) -> Path | None:
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point; ``argv`` (default: ``sys.argv[1:]``) lets a test run it in-process."""
-    recipe = early_recipe(sys.argv[1:] if argv is None else argv)
+    args = sys.argv[1:] if argv is None else argv
+    argv_command = args[0] if args else None
+    recipe = early_recipe(args)
     if recipe is not None:
         from habitrun.spec.opcheck import start_early
 
         # Started before the command is imported: its imports overlap with ours.
         start_early(recipe)
+        if argv_command in ("run", "resume"):
+            from habitrun.engine.process import early
+            from habitrun.engine.process.launch import BASE_PRELOAD
+
+            early.start(BASE_PRELOAD)  # the workers' fork server boots meanwhile too
     try:
         app(args=argv, prog_name="habitrun")
     except HabitrunError as exc:
@@ -176,6 +183,10 @@ def main(argv: list[str] | None = None) -> None:
             from habitrun.spec.opcheck import discard_early
 
             discard_early()
+        if "habitrun.engine.process.early" in sys.modules:
+            from habitrun.engine.process import early
+
+            early.discard()
 
 
 if __name__ == "__main__":  # pragma: no cover
