@@ -164,9 +164,8 @@ def main(argv: list[str] | None = None) -> None:
         start_early(recipe)
         if argv_command in ("run", "resume"):
             from habitrun.engine.process import early
-            from habitrun.engine.process.launch import BASE_PRELOAD
 
-            early.start(BASE_PRELOAD)  # the workers' fork server boots meanwhile too
+            early.start()  # the workers' fork server boots meanwhile too
     try:
         app(args=argv, prog_name="habitrun")
     except HabitrunError as exc:

@@ -20,12 +20,13 @@ DEFAULT_THREADS = 1  # RunPolicy.worker_threads' default (not imported: that cos
 _early: tuple[tuple[str, ...], int, PrivateForkServer] | None = None
 
 
-def start(preload: tuple[str, ...], threads: int = DEFAULT_THREADS) -> None:
-    """Boot a fork server preloading ``preload`` with ``threads`` caps, not waiting for it."""
-    from habitrun.engine.process.launch import _server_environment
+def start(preload: tuple[str, ...] | None = None, threads: int = DEFAULT_THREADS) -> None:
+    """Boot a fork server preloading ``preload`` (default: the base one) with ``threads`` caps, not waiting."""
+    from habitrun.engine.process.launch import BASE_PRELOAD, _server_environment
 
     global _early
     discard()
+    preload = BASE_PRELOAD if preload is None else preload
     server = PrivateForkServer()
     server.set_forkserver_preload(list(preload))
     try:
