@@ -72,7 +72,7 @@ def run_habitrun(n: int, ms: float, workers: int, mode: str = "persistent") -> f
             nonlocal done
             done += len(batch)
             if store is not None:
-                store.put([Record("bench", o.task.key, o.task.subject_id, o.ok, o.result, o.error, o.kind)
+                store.put([Record(stage="bench", key=o.task.key, subject_id=o.task.subject_id, ok=o.ok, result=o.result, error=o.error, kind=o.kind)
                            for o in batch])
 
         t0 = time.perf_counter()

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
+from habitrun.store.diskcache_adapter import CACHE_TABLE
+
 _SCAN_SLACK = 1000  # rowids probed past the last one known, when the table's end cannot be read
 
 
@@ -185,18 +187,18 @@ def salvage(source: sqlite3.Connection, dest: sqlite3.Connection, problem: str, 
         rows, failed[table] = _rows(source, table, ", ".join(cols), len(named) if table == records else 0)
         copied[table] = rows
         marks = ", ".join("?" * len(cols))
-        if table != records and table != "Cache":
+        if table != records and table != CACHE_TABLE:
             dest.executemany(f"INSERT OR IGNORE INTO {table} ({', '.join(cols)}) VALUES ({marks})", rows)
     # A record whose large result lived in a Cache row that is lost is lost too.
     rcols = _columns(source, records)
     cache_keys: set[str] = set()
-    if "Cache" in copied:
-        ccols = _columns(source, "Cache")
-        dest.executemany(f"INSERT INTO Cache ({', '.join(ccols)}) VALUES ({', '.join('?' * len(ccols))})",
-                         copied["Cache"])
+    if CACHE_TABLE in copied:
+        ccols = _columns(source, CACHE_TABLE)
+        dest.executemany(f"INSERT INTO {CACHE_TABLE} ({', '.join(ccols)}) VALUES ({', '.join('?' * len(ccols))})",
+                         copied[CACHE_TABLE])
         key_at = ccols.index("key")
-        cache_keys = {row[key_at] for row in copied["Cache"]}
-        damage.results_lost = max(0, failed.get("Cache", 0))
+        cache_keys = {row[key_at] for row in copied[CACHE_TABLE]}
+        damage.results_lost = max(0, failed.get(CACHE_TABLE, 0))
     k, ok = rcols.index("key"), rcols.index("ok")
     mode = rcols.index("mode") if "mode" in rcols else None
     kept = []

@@ -15,7 +15,7 @@ from habitrun.store.checkpoint import CheckpointStore, Record
 
 
 def ok(i: int, result: object = None) -> Record:
-    return Record("s", f"k{i}", f"S{i}", True, i if result is None else result)
+    return Record(stage="s", key=f"k{i}", subject_id=f"S{i}", ok=True, result=i if result is None else result)
 
 
 @pytest.fixture

@@ -67,7 +67,7 @@ def test_a_corrupted_in_row_result_is_stale_and_recomputed(tmp_path: Path) -> No
 
 def test_reading_a_result_whose_stat_looks_unchanged_still_checks_it(tmp_path: Path) -> None:
     with CheckpointStore.open(tmp_path / "store") as store:
-        store.put([Record("feat", "k-big", "S1", True, "x" * 100_000), Record("feat", "k-small", "S2", True, 5)])
+        store.put([Record(stage="feat", key="k-big", subject_id="S1", ok=True, result="x" * 100_000), Record(stage="feat", key="k-small", subject_id="S2", ok=True, result=5)])
         (path,) = list((tmp_path / "store").rglob("*.val"))
         st = path.stat()
         path.write_bytes(b"y" * st.st_size)  # same size, and the old mtime put back

@@ -55,11 +55,11 @@ def test_plan_and_status_leave_a_read_only_copy_unchanged(tmp_path: Path) -> Non
 
 def test_a_read_only_store_refuses_to_write_at_the_sqlite_level(tmp_path: Path) -> None:
     with CheckpointStore.open(tmp_path / "store") as store:
-        store.put([Record("a", "k1", "S1", True, 1)])
+        store.put([Record(stage="a", key="k1", subject_id="S1", ok=True, result=1)])
     with CheckpointStore.open(tmp_path / "store", create=False, read_only=True) as store:
         assert store.read_only and store.results(["k1"]) == {"k1": 1}
         with pytest.raises(StoreError, match="read-only"):
-            store.put([Record("a", "k2", "S2", True, 2)])
+            store.put([Record(stage="a", key="k2", subject_id="S2", ok=True, result=2)])
         with pytest.raises(sqlite3.OperationalError, match="readonly"):
             store._con.execute("INSERT INTO habitrun_meta VALUES ('x', 'y')")
 

@@ -66,9 +66,9 @@ def test_a_format_1_store_opens_upgraded_with_every_record_and_result(old_store:
 def test_new_results_replace_old_ones_wherever_the_old_ones_lie(old_store: Path) -> None:
     with CheckpointStore.open(old_store) as store:
         store.put([
-            Record("prep", "prep.k1", "S1", True, "new small"),
-            Record("prep", "prep.k2", "S2", True, "now small too"),  # its old file must go
-            Record("prep", "prep.k4", "S4", True, 4),
+            Record(stage="prep", key="prep.k1", subject_id="S1", ok=True, result="new small"),
+            Record(stage="prep", key="prep.k2", subject_id="S2", ok=True, result="now small too"),  # its old file must go
+            Record(stage="prep", key="prep.k4", subject_id="S4", ok=True, result=4),
         ])
         assert store.results(["prep.k1", "prep.k2", "prep.k4"]) == {
             "prep.k1": "new small", "prep.k2": "now small too", "prep.k4": 4,
@@ -122,12 +122,12 @@ def test_a_format_2_store_is_upgraded_and_its_results_without_checksum_stay_vali
         assert store.unreadable("prep") == {}
         store.verify_rows = True
         assert store.unreadable("prep") == {}  # no checksum to compare with: valid
-        store.put([Record("prep", "prep.k5", "S5", True, "new")])
+        store.put([Record(stage="prep", key="prep.k5", subject_id="S5", ok=True, result="new")])
         assert store.results(["prep.k5"]) == {"prep.k5": "new"}
         # an old success replaced (no checksum before): counted as a different result, to be safe
-        store.put([Record("prep", "prep.k4", "S4", True, 7)])
+        store.put([Record(stage="prep", key="prep.k4", subject_id="S4", ok=True, result=7)])
         assert set(store.changed("prep")) == {"prep.k4"}
-        store.put([Record("prep", "prep.k4", "S4", True, 7)])  # the same again: no new change
+        store.put([Record(stage="prep", key="prep.k4", subject_id="S4", ok=True, result=7)])  # the same again: no new change
         assert store.changed("prep")["prep.k4"][0] == "S4"
     assert _version(folder) == str(STORE_VERSION) == "3"
     con = sqlite3.connect(folder / "cache.db")

@@ -106,8 +106,8 @@ def test_plan_marks_downstream_stale_after_an_upstream_only_rerun(tmp_path: Path
     try:
         feat = plan_study(loaded, load_subjects(loaded), store).stages["feat"]
         old = store.results([feat.keys["s2"]])[feat.keys["s2"]]
-        store.put([Record("feat", feat.keys["s2"], "s2", True, {**old, "salt": "two"})])
-        store.put([Record("feat", feat.keys["s3"], "s3", True, dict(store.results([feat.keys["s3"]])[feat.keys["s3"]]))])
+        store.put([Record(stage="feat", key=feat.keys["s2"], subject_id="s2", ok=True, result={**old, "salt": "two"})])
+        store.put([Record(stage="feat", key=feat.keys["s3"], subject_id="s3", ok=True, result=dict(store.results([feat.keys["s3"]])[feat.keys["s3"]]))])
     finally:
         store.close()
     done = habitrun("plan", "recipe.yaml", "--reason", cwd=cwd)
@@ -143,8 +143,8 @@ def test_paths_outside_the_study_are_kept_and_counted(tmp_path: Path) -> None:
     with CheckpointStore.open(study / ".habitrun" / "store") as store:
         store.set_roots(study / ".habitrun", study)
         inside = study / "data" / "s1.nii"
-        store.put([Record("feat", "k1", "S1", True, {"in": inside, "out": str(elsewhere / "atlas.nii"), "n": [1, "/mm"]}),
-                   Record("feat", "k2", "S2", True, [str(study / ".habitrun" / "work" / "x.csv")])])
+        store.put([Record(stage="feat", key="k1", subject_id="S1", ok=True, result={"in": inside, "out": str(elsewhere / "atlas.nii"), "n": [1, "/mm"]}),
+                   Record(stage="feat", key="k2", subject_id="S2", ok=True, result=[str(study / ".habitrun" / "work" / "x.csv")])])
         assert store.outside_paths("feat") == (1, str(elsewhere / "atlas.nii"))
         moved = tmp_path / "moved"
         store.set_roots(moved / ".habitrun", moved)  # what a reader after `mv study moved` sees

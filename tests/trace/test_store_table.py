@@ -27,9 +27,9 @@ def _tables(directory: Path) -> set[str]:
 
 def test_trace_rows_commit_with_their_records_and_read_back(tmp_path: Path) -> None:
     with CheckpointStore.open(tmp_path / "store") as store:
-        store.put([Record("s", "k0", "S0", True, result={"a": 1})], [_row(0)])
+        store.put([Record(stage="s", key="k0", subject_id="S0", ok=True, result={"a": 1})], [_row(0)])
         store.put([], [_row(1, "retried")])  # a retried attempt has no record of its own
-        bad = Record("s", "k2", "S2", True, result=lambda: 1)  # unpicklable: the whole batch is refused
+        bad = Record(stage="s", key="k2", subject_id="S2", ok=True, result=lambda: 1)  # unpicklable: the whole batch is refused
         try:
             store.put([bad], [_row(2)])
         except Exception:  # noqa: BLE001 - UnstorableResult; checked below by what is stored
@@ -45,7 +45,7 @@ def test_trace_rows_commit_with_their_records_and_read_back(tmp_path: Path) -> N
 def test_a_store_without_the_table_is_read_without_adding_it(tmp_path: Path) -> None:
     directory = tmp_path / "store"
     with CheckpointStore.open(directory) as store:
-        store.put([Record("s", "k0", "S0", True, result=1)])
+        store.put([Record(stage="s", key="k0", subject_id="S0", ok=True, result=1)])
     con = sqlite3.connect(directory / DB_NAME)
     con.execute(f"DROP TABLE {TRACE_TABLE}")
     con.commit()
@@ -66,7 +66,7 @@ def test_an_unstorable_result_is_traced_as_the_failure_it_became(tmp_path: Path)
     with CheckpointStore.open(tmp_path / "store") as store:
         rec = Recorder(store, lambda events: None)
         try:
-            rec.submit([Record("s", "k0", "S0", True, result=1), Record("s", "k1", "S1", True, result=threading.Lock())],
+            rec.submit([Record(stage="s", key="k0", subject_id="S0", ok=True, result=1), Record(stage="s", key="k1", subject_id="S1", ok=True, result=threading.Lock())],
                        [], [_row(0), _row(1)])
             rec.flush()
         finally:
