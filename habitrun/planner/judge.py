@@ -1,0 +1,192 @@
+"""A stage plan's statuses from the store: what is stored for each subject, then the decision table.
+
+Written for the common case, a study where nearly everything is done: one
+C-level pass finds the few subjects that are not, and only those (and the
+forced ones) are looked at one by one (:func:`judge`). What the store holds for
+a subject (:class:`~habitrun.planner.decision.Stored`) becomes a status and a
+reason in :func:`habitrun.planner.decision.decide`. Afterwards a done subject
+whose upstream result was since replaced by a different one is made stale
+(:func:`mark_upstream_changed`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from habitrun.planner.decision import Reason, Stored, SubjectStatus, decisions
+from habitrun.planner.explain import explain, package_changes
+from habitrun.planner.stageplan import GROUP_SUBJECT, StagePlan
+from habitrun.store.checkpoint import CheckpointStore
+
+
+def judge(
+    plan: StagePlan,
+    candidates: list[str],
+    probe: Mapping[str, str],
+    store: CheckpointStore | None,
+    forced: frozenset[str],
+    prefix: str = "",
+) -> None:
+    """Set the status of every candidate subject from the store (blocked ones are already set).
+
+    ``probe`` maps a subject to what the store is asked about: its key, or for a map stage
+    only the subject part after ``prefix`` (the stage part), so no key is built to be
+    looked up.
+
+    A subject not stored under its key may be stored under the key an older habitrun gave
+    the same inputs (``plan.legacy_prefix``): it counts as stored, and is listed in
+    ``plan.adopted`` for `run` to move to today's key.
+    """
+    stored, details = _stored(plan, candidates, probe, store, prefix)
+    table = decisions(plan.policy)
+    status, reasons = plan.status, plan.reasons
+    usual = table[(Stored.DONE, False)]
+    status.update(dict.fromkeys(candidates, usual.status))
+    looked_at: Iterable[str] = stored
+    if usual.status is not SubjectStatus.DONE:  # resume is off: every subject stored is forced
+        looked_at = candidates
+    elif forced:
+        looked_at = [*stored, *(sid for sid in forced.intersection(candidates) if sid not in stored)]
+    get = stored.get
+    for sid in looked_at:
+        decision = table[(get(sid, Stored.DONE), sid in forced)]
+        status[sid] = decision.status
+        if decision.reason is not None:
+            reasons[sid] = _texts(decision.reason, plan, sid, details.get(sid))
+
+
+def _texts(reason: Reason, plan: StagePlan, sid: str, detail: Any) -> list[str]:
+    """A subject's reason in words; ``detail``: what the store said about it (see :func:`_stored`)."""
+    if reason is Reason.KEY_CHANGED:
+        return explain(detail, plan.components[sid])
+    if reason is Reason.RESULT_UNREADABLE:
+        return [reason.text(why=detail)]
+    return [reason.text()]
+
+
+def _stored(plan: StagePlan, candidates: list[str], probe: Mapping[str, str], store: CheckpointStore | None,
+            prefix: str) -> tuple[dict[str, Stored], dict[str, Any]]:
+    """What the store holds for each candidate that is not simply a success under its key, in
+    candidate order: sid -> :class:`Stored`; and sid -> detail (why a result is unreadable, or
+    the components of a record under another key)."""
+    done, failed = store.stage_outcomes(plan.name, prefix) if store is not None else (set(), set())
+    if len(candidates) == len(probe) and done.issuperset(probe.values()):
+        not_done: list[str] = []
+    else:
+        not_done = [sid for sid in candidates if probe[sid] not in done]
+    stored: dict[str, Stored] = {}
+    if not_done and store is not None and plan.legacy_prefix is not None and plan.policy.resume:
+        done, failed = _adopt(plan, not_done, probe, store, done, failed)
+        for sid in plan.adopted:
+            if probe[sid] not in done:
+                stored[sid] = Stored.ADOPTED_FAILURE
+        not_done = [sid for sid in not_done if sid not in plan.adopted]
+    details: dict[str, Any] = {}
+    bad = store.unreadable(plan.name, prefix) if store is not None else {}
+    if bad:
+        for sid in candidates:
+            why = bad.get(probe[sid])
+            if why is not None and probe[sid] in done:
+                stored[sid], details[sid] = Stored.UNREADABLE, why
+    missing = []
+    for sid in not_done:
+        if probe[sid] in failed:
+            stored[sid] = Stored.FAILED
+        else:
+            stored[sid] = Stored.NOTHING
+            missing.append(sid)
+    if missing and store is not None:
+        _missing(plan, missing, store, stored, details)
+    return stored, details
+
+
+def _missing(plan: StagePlan, missing: list[str], store: CheckpointStore, stored: dict[str, Stored],
+             details: dict[str, Any]) -> None:
+    """Subjects with nothing under their key: a record under another key, or one the damaged store lost."""
+    latest = store.latest(plan.name)
+    lost = store.lost(plan.name)
+    for sid in missing:
+        seen = latest.get(sid)
+        if seen is not None and seen[0] != plan.keys[sid]:
+            stored[sid], details[sid] = Stored.OTHER_KEY, seen[1]
+        elif sid in lost:
+            stored[sid] = Stored.LOST
+
+
+def _adopt(plan: StagePlan, not_done: list[str], probe: Mapping[str, str], store: CheckpointStore,
+           done: set[str], failed: set[str]) -> tuple[set[str], set[str]]:
+    """Subjects stored under their older key (see :func:`judge`): (done, failed) including them."""
+    legacy = plan.legacy_prefix or ""
+    if plan.is_group:
+        old_done, old_failed = store.stage_outcomes(plan.name)
+        found = {GROUP_SUBJECT: legacy} if legacy in old_done or legacy in old_failed else {}
+        is_done = legacy in old_done
+    else:
+        old_done, old_failed = store.stage_outcomes(plan.name, legacy + ".")
+        found = {sid: f"{legacy}.{probe[sid]}" for sid in not_done if probe[sid] in old_done or probe[sid] in old_failed}
+        is_done = False
+    if not found:
+        return done, failed
+    plan.adopted.update(found)
+    done, failed = set(done), set(failed)
+    for sid in found:
+        ok = is_done if plan.is_group else probe[sid] in old_done
+        (done if ok else failed).add(probe[sid])
+    return done, failed
+
+
+def mark_upstream_changed(plan: StagePlan, needs: Mapping[str, StagePlan], store: CheckpointStore | None) -> None:
+    """A done subject whose upstream result was since replaced by a different one is stale.
+
+    The store lists every key whose result was recomputed to a different value, and when
+    (``CheckpointStore.changed``); a downstream record written before that moment was
+    computed from the old value. Nothing to look at, nothing spent, when no result changed.
+    """
+    if store is None:
+        return
+    status, reasons = plan.status, plan.reasons
+    for name, up in needs.items():
+        changed = store.changed(up.name)
+        if not changed:
+            continue
+        since = _changed_since(plan, up, changed)
+        since = {sid: at for sid, at in since.items() if status.get(sid) is SubjectStatus.DONE}
+        if not since:
+            continue
+        written = store.written_at([plan.keys[sid] for sid in since])
+        for sid, at in since.items():
+            if written.get(plan.keys[sid], at) < at:
+                status[sid] = SubjectStatus.STALE
+                reasons[sid] = [Reason.UPSTREAM_RESULT_CHANGED.text(name=name)]
+
+
+def _changed_since(plan: StagePlan, up: StagePlan, changed: Mapping[str, tuple[str, float]]) -> dict[str, float]:
+    """This stage's subject -> when the upstream result it takes last changed."""
+    if up.is_group:
+        entry = changed.get(up.keys.get(GROUP_SUBJECT))
+        return dict.fromkeys(plan.status, entry[1]) if entry is not None else {}
+    if plan.is_group:
+        members = set(plan.members)
+        times = [at for key, (sid, at) in changed.items() if sid in members and up.keys.get(sid) == key]
+        return {GROUP_SUBJECT: max(times)} if times else {}
+    return {sid: at for key, (sid, at) in changed.items() if up.keys.get(sid) == key}
+
+
+def stage_package_changes(plan: StagePlan, packages: Mapping[str, str] | None, store: CheckpointStore | None) -> list[str]:
+    """Package versions (``packages``: those the stage's code imports now, when they are not in
+    its key) that differ from those its stored results of this key were computed with."""
+    if not packages or store is None:
+        return []
+    if not any(st is SubjectStatus.DONE for st in plan.status.values()):
+        return []
+    if plan.is_group:
+        seen = store.stage_packages(plan.name, key=plan.keys[GROUP_SUBJECT])
+    else:
+        seen = store.stage_packages(plan.name, prefix=plan.key_prefix + ".")
+    out: list[str] = []
+    for old in seen:
+        for change in package_changes(old, packages):
+            if change not in out:
+                out.append(change)
+    return out
