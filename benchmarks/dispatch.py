@@ -91,6 +91,7 @@ def run_habitrun_engine(n: int, ms: float, workers: int) -> float:
     measured stage's start to its end (a first stage of the same operator warms the workers)."""
     import json
 
+    from habitrun.engine.events import Event, StageFinished, StageStarted
     from habitrun.engine.runner import run_study
     from habitrun.spec.loader import load_recipe
 
@@ -109,9 +110,9 @@ def run_habitrun_engine(n: int, ms: float, workers: int) -> float:
         (root / "dispatch.py").write_text(Path(__file__).read_text())
         marks: dict[str, float] = {}
 
-        def observe(event: dict) -> None:
-            if event.get("stage") == "bench" and event["event"] in ("stage_started", "stage_finished"):
-                marks[event["event"]] = time.perf_counter()
+        def observe(event: Event) -> None:
+            if isinstance(event, (StageStarted, StageFinished)) and event.stage == "bench":
+                marks[event.EVENT] = time.perf_counter()
 
         summary = run_study(load_recipe(root / "recipe.yaml"), observer=observe, install_signal_handlers=False)
         assert summary.exit_code == 0, summary.failures[:3]

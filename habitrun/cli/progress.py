@@ -7,8 +7,8 @@ final failure, and when it ends, so a log file or CI output stays readable.
 
 from __future__ import annotations
 
-import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
@@ -25,6 +25,20 @@ from rich.progress import (
 from rich.text import Text
 
 from habitrun.cli.text import esc
+from habitrun.engine.events import (
+    CheckpointCleared,
+    ConsoleLine,
+    Event,
+    RetryRound,
+    RunStarted,
+    RunWarning,
+    StageFinished,
+    StageStarted,
+    Stopping,
+    SubjectDone,
+    SubjectFailed,
+    TrainStarted,
+)
 
 PLAIN_INTERVAL_SEC = 5.0
 BAR_UPDATE_SEC = 0.1  # a bar takes the subjects finished since its last update at most this often
@@ -104,36 +118,34 @@ class RunDisplay:
         else:
             self.console.print(text, **kwargs)
 
-    def on_event(self, event: dict[str, Any]) -> None:
-        kind = event.get("event")
-        handler = getattr(self, f"_on_{kind}", None)
-        if handler is not None and (not self.quiet or kind in ("stopping", "warning")):
+    def on_event(self, event: Event) -> None:
+        """Draw one engine event; when quiet, only what a stop waits for and warnings."""
+        handler = _HANDLERS.get(type(event))
+        if handler is not None and (not self.quiet or isinstance(event, (Stopping, RunWarning))):
             # even when quiet: what Ctrl-C waits for; a damaged or emptied store, a recipe mismatch
-            handler(event)
-        elif kind in ("subject_done", "subject_failed", "subject_skipped") and self.quiet:
-            return
+            handler(self, event)
 
-    def _on_warning(self, e: dict[str, Any]) -> None:
-        self.print(f"[yellow]warning:[/] {esc(e['message'])}")
+    def _on_warning(self, e: RunWarning) -> None:
+        self.print(f"[yellow]warning:[/] {esc(e.message)}")
 
-    def _on_run_started(self, e: dict[str, Any]) -> None:
-        resumed = f" (resuming {e['resumed_from']})" if e.get("resumed_from") else ""
-        self.print(esc(f"habitrun run {e['run_id']}{resumed}: {e['subjects']} subjects, "
-                       f"stages {' -> '.join(e['stages'])}"))
+    def _on_run_started(self, e: RunStarted) -> None:
+        resumed = f" (resuming {e.resumed_from})" if e.resumed_from else ""
+        self.print(esc(f"habitrun run {e.run_id}{resumed}: {e.subjects} subjects, "
+                       f"stages {' -> '.join(e.stages)}"))
 
-    def _on_stage_started(self, e: dict[str, Any]) -> None:
-        stage = e["stage"]
-        st = {"total": e["total"], "done": 0, "failed": e.get("recorded_failures", 0), "cached": e["cached"],
-              "skipped": e.get("blocked", 0), "ran": 0, "started": time.monotonic(), "last": time.monotonic(),
-              "to_run": e["to_run"], "unshown": 0, "shown_at": time.monotonic()}
+    def _on_stage_started(self, e: StageStarted) -> None:
+        stage = e.stage
+        st = {"total": e.total, "done": 0, "failed": e.recorded_failures, "cached": e.cached,
+              "skipped": e.blocked, "ran": 0, "started": time.monotonic(), "last": time.monotonic(),
+              "to_run": e.to_run, "unshown": 0, "shown_at": time.monotonic()}
         self.stats[stage] = st
         if self.progress is not None:
-            completed = e["cached"] + st["failed"] + st["skipped"]
-            self.tasks[stage] = self.progress.add_task(esc(stage), total=max(e["total"], 1), completed=completed,
+            completed = e.cached + st["failed"] + st["skipped"]
+            self.tasks[stage] = self.progress.add_task(esc(stage), total=max(e.total, 1), completed=completed,
                                                        **{k: st[k] for k in ("done", "failed", "cached", "skipped", "ran", "started")})
         else:
-            self.print(f"{_tag(stage)} {esc(e['kind'])} stage: {e['total']} subject(s), {e['cached']} cached, "
-                       f"{e['to_run']} to run" + (f", {e['blocked']} skipped (upstream failed)" if e.get("blocked") else ""))
+            self.print(f"{_tag(stage)} {esc(e.kind)} stage: {e.total} subject(s), {e.cached} cached, "
+                       f"{e.to_run} to run" + (f", {e.blocked} skipped (upstream failed)" if e.blocked else ""))
 
     def _advance(self, stage: str) -> None:
         st = self.stats.get(stage)
@@ -168,75 +180,85 @@ class RunDisplay:
         self.print(f"{_tag(stage)} {st['done'] + st['cached']}/{st['total']} done, {st['failed']} failed, "
                    f"{st['cached']} cached ({rate:.1f}/s{eta})")
 
-    def _on_subject_done(self, e: dict[str, Any]) -> None:
-        st = self.stats.get(e["stage"])
+    def _on_subject_done(self, e: SubjectDone) -> None:
+        st = self.stats.get(e.stage)
         if st is not None:
             st["done"] += 1
             st["ran"] += 1
-        self._advance(e["stage"])
+        self._advance(e.stage)
 
-    def _on_subject_failed(self, e: dict[str, Any]) -> None:
-        if not e.get("final"):
+    def _on_subject_failed(self, e: SubjectFailed) -> None:
+        if not e.final:
             return
-        st = self.stats.get(e["stage"])
+        st = self.stats.get(e.stage)
         if st is not None:
             st["failed"] += 1
             st["ran"] += 1
-        self.print(f"[red]{_tag(e['stage'])} {esc(e['subject'])} failed[/] ({esc(e.get('kind'))}): {esc(e.get('error'))}  "
-                   f"[dim]log: {esc(e.get('log'))}[/]")
-        self._advance(e["stage"])
+        self.print(f"[red]{_tag(e.stage)} {esc(e.subject)} failed[/] ({esc(e.kind)}): {esc(e.error)}  "
+                   f"[dim]log: {esc(e.log)}[/]")
+        self._advance(e.stage)
 
-    def _on_retry_round(self, e: dict[str, Any]) -> None:
-        self.print(f"{_tag(e['stage'])} retrying {e['subjects']} subject(s), attempt {e['attempt']}")
+    def _on_retry_round(self, e: RetryRound) -> None:
+        self.print(f"{_tag(e.stage)} retrying {e.subjects} subject(s), attempt {e.attempt}")
 
-    def _on_stage_finished(self, e: dict[str, Any]) -> None:
-        if e["stage"] in self.tasks:
-            self._show(e["stage"])
+    def _on_stage_finished(self, e: StageFinished) -> None:
+        if e.stage in self.tasks:
+            self._show(e.stage)
         if self.plain:
-            stage = e["stage"]
-            self.print(f"{_tag(stage)} finished: {e['done']} done, {e['cached']} cached, {e['failed']} failed, "
-                       f"{e['skipped']} skipped" + (f", {e['not_run']} not run" if e.get("not_run") else ""))
+            self.print(f"{_tag(e.stage)} finished: {e.done} done, {e.cached} cached, {e.failed} failed, "
+                       f"{e.skipped} skipped" + (f", {e.not_run} not run" if e.not_run else ""))
 
-    def _on_stopping(self, e: dict[str, Any]) -> None:
+    def _on_stopping(self, e: Stopping) -> None:
         self.print(f"[yellow]{esc(stopping_text(e))}[/]")
 
-    def _on_checkpoint_cleared(self, e: dict[str, Any]) -> None:
-        retried = f", {e['retried']} after a retry" if e.get("retried") else ""
-        self.print(f"{_tag(e['stage'])} checkpoint cleared: {e['records']} record(s) removed "
+    def _on_checkpoint_cleared(self, e: CheckpointCleared) -> None:
+        retried = f", {e.retried} after a retry" if e.retried else ""
+        self.print(f"{_tag(e.stage)} checkpoint cleared: {e.records} record(s) removed "
                    f"(clear_checkpoint_on_success; every subject succeeded{retried})")
 
-    def _on_train_started(self, e: dict[str, Any]) -> None:
-        nodes = int(e.get("nnodes") or 1)
-        where = f" on {nodes} nodes ({e['nproc_per_node']} each)" if nodes > 1 else ""
-        self.print(f"{_tag(e['stage'])} starting {nodes * e['nproc_per_node']} rank(s){where}")
+    def _on_train_started(self, e: TrainStarted) -> None:
+        nodes = int(e.nnodes or 1)
+        where = f" on {nodes} nodes ({e.nproc_per_node} each)" if nodes > 1 else ""
+        self.print(f"{_tag(e.stage)} starting {nodes * e.nproc_per_node} rank(s){where}")
 
-    def _on_console(self, e: dict[str, Any]) -> None:
-        line = e["line"].rstrip("\n")
+    def _on_console(self, e: ConsoleLine) -> None:
+        line = e.line.rstrip("\n")
         if self.progress is not None:
             self.progress.console.print(line, markup=False, highlight=False)
         else:
             self.console.print(line, markup=False, highlight=False)
 
 
-def stopping_text(e: dict[str, Any]) -> str:
+_HANDLERS: dict[type[Event], Callable[[RunDisplay, Any], None]] = {
+    RunWarning: RunDisplay._on_warning,
+    RunStarted: RunDisplay._on_run_started,
+    StageStarted: RunDisplay._on_stage_started,
+    SubjectDone: RunDisplay._on_subject_done,
+    SubjectFailed: RunDisplay._on_subject_failed,
+    RetryRound: RunDisplay._on_retry_round,
+    StageFinished: RunDisplay._on_stage_finished,
+    Stopping: RunDisplay._on_stopping,
+    CheckpointCleared: RunDisplay._on_checkpoint_cleared,
+    TrainStarted: RunDisplay._on_train_started,
+    ConsoleLine: RunDisplay._on_console,
+}
+
+
+def stopping_text(e: Stopping) -> str:
     """``stopping: 2 subjects still running, waiting up to 15 s; Ctrl-C again to stop them now``."""
-    again = "Ctrl-C again" if e.get("signal") in (None, "SIGINT") else f"{e['signal']} again"
-    running = e.get("running")
-    train = e.get("kind") == "train"
+    again = "Ctrl-C again" if e.signal in (None, "SIGINT") else f"{e.signal} again"
+    running = e.running
+    train = e.kind == "train"
     if train:
-        what = f"{running} rank(s) of stage {e['stage']} still running"
+        what = f"{running} rank(s) of stage {e.stage} still running"
     elif running is None:
         what = "the subjects still running"
     else:
         what = f"{running} subject(s) still running"
-    if e.get("now"):
+    if e.now:
         return "stopping now: the ranks are stopped at once" if train else "stopping now: running subjects are stopped at once"
-    if e.get("backend") == "serial" and not train:
+    if e.backend == "serial" and not train:
         return "stopping after the subject that is running (the serial backend cannot stop it early)"
     if not running and not train:
         return "stopping: no subject is running; finishing up"
-    return f"stopping: {what}, waiting up to {e.get('grace_sec', 0):g} s; {again} to stop them now"
-
-
-def stdout_is_terminal() -> bool:
-    return sys.stdout.isatty()
+    return f"stopping: {what}, waiting up to {e.grace_sec or 0:g} s; {again} to stop them now"

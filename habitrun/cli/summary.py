@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from habitrun.cli.text import esc
-from habitrun.engine.runner import FailureLine, RunSummary
+from habitrun.engine.run_summary import FailureLine, RunSummary
 
 MAX_FAILURES_SHOWN = 20
 MAX_FILES_SHOWN = 5

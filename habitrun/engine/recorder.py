@@ -35,10 +35,11 @@ from dataclasses import replace
 from typing import Any
 
 from habitrun.engine.backend import FailureKind
+from habitrun.engine.events import Event, SubjectDone, as_failed
 from habitrun.store.checkpoint import CheckpointStore, Record, UnstorableResult
 from habitrun.store.trace import COL
 
-EmitFn = Callable[[list[dict[str, Any]]], None]
+EmitFn = Callable[[list[Event]], None]
 _FLUSH = object()
 _STOP = object()
 GROUP_COMMIT_SEC = 0.05  # at most this long between an outcome's arrival and its commit
@@ -67,7 +68,7 @@ class Recorder:
         """Why recording stopped (a write failed), or None."""
         return self._error
 
-    def submit(self, records: list[Record], events: list[dict[str, Any]], trace: list[tuple] | None = None) -> None:
+    def submit(self, records: list[Record], events: list[Event], trace: list[tuple] | None = None) -> None:
         """Queue outcomes (and their trace rows, store/trace.py) to be stored, then reported; dropped once a
         write failed."""
         if self._error is None and (records or events or trace):
@@ -96,7 +97,7 @@ class Recorder:
         unchecked = 0  # records committed since the last checkpoint
         while True:
             records: list[Record] = []
-            events: list[dict[str, Any]] = []
+            events: list[Event] = []
             trace: list[tuple] = []
             waiters: list[threading.Event] = []
             stop = False
@@ -143,7 +144,7 @@ class Recorder:
             except Exception:  # noqa: BLE001 - the error stays recorded for the runner either way
                 pass
 
-    def _write(self, records: list[Record], events: list[dict[str, Any]], trace: list[tuple]) -> None:
+    def _write(self, records: list[Record], events: list[Event], trace: list[tuple]) -> None:
         if records or trace:
             while True:
                 try:
@@ -156,11 +157,7 @@ class Recorder:
                     failed = replace(bad, ok=False, result=None, error=message, kind=FailureKind.UNPICKLABLE)
                     self.converted.append(failed)
                     records = [failed if r is bad else r for r in records]
-                    for event in events:
-                        if event.get("subject") == bad.subject_id and event.get("stage") == bad.stage \
-                                and event.get("event") == "subject_done":
-                            event.update(event="subject_failed", kind=FailureKind.UNPICKLABLE, error=message,
-                                         final=True, log=bad.log_path)
+                    events = [_as_unstorable_event(event, bad, message) for event in events]
                     trace = [_as_unstorable(row, bad, message) for row in trace]
             self.stored += len(records)
             for rec in records:
@@ -169,6 +166,13 @@ class Recorder:
                     tally = self.stored_by_stage[rec.stage] = [0, 0]
                 tally[0 if rec.ok else 1] += 1
         self.emit(events)
+
+
+def _as_unstorable_event(event: Event, bad: Record, message: str) -> Event:
+    """The event of a success whose result could not be stored: its final failure."""
+    if isinstance(event, SubjectDone) and event.subject == bad.subject_id and event.stage == bad.stage:
+        return as_failed(event, kind=FailureKind.UNPICKLABLE, error=message, log=bad.log_path)
+    return event
 
 
 def _as_unstorable(row: tuple, bad: Record, message: str) -> tuple:

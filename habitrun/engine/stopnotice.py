@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
+from dataclasses import replace
 
 from habitrun.engine.control import StopFlag
+from habitrun.engine.events import Stopping
 
 
 class StopNotices:
     """One ``stopping`` event for the first signal, one (``now``) for the second; started at once."""
 
-    def __init__(self, stop: StopFlag, emit: Callable[[dict[str, Any]], None],
-                 facts: Callable[[], dict[str, Any]]) -> None:
+    def __init__(self, stop: StopFlag, emit: Callable[[Stopping], None], facts: Callable[[], Stopping]) -> None:
         self.stop, self.emit, self.facts = stop, emit, facts
         self.open = True
         self.thread = threading.Thread(target=self._watch, name="habitrun-stop-notice", daemon=True)
@@ -37,10 +37,10 @@ class StopNotices:
                 continue
             if told == 0 and not self.stop.hard:
                 told = 1
-                self.emit({"event": "stopping", **self.facts()})
+                self.emit(self.facts())
             elif told < 2 and self.stop.hard:
                 told = 2
-                self.emit({"event": "stopping", "now": True, **self.facts()})
+                self.emit(replace(self.facts(), now=True))
 
     def close(self) -> None:
         """No more notices (the run is ending); the thread ends."""

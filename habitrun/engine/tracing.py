@@ -8,9 +8,9 @@ saw (when it ended, how long it ran) and leaves the rest NULL.
 from __future__ import annotations
 
 import socket
-from typing import Any
 
 from habitrun.engine.backend import SubjectOutcome
+from habitrun.engine.events import SubjectDone, SubjectFailed, as_failed
 
 _HOST = socket.gethostname()
 
@@ -34,16 +34,13 @@ def trace_row(run_id: str, stage: str, outcome: SubjectOutcome, word: str, queue
             outcome.worker_pid, host, gpu, task.key, None if ok else task.log_path)
 
 
-def done_event(stage: str, row: tuple) -> dict[str, Any]:
-    """The ``subject_done`` event of a traced attempt (one dict literal: this runs per subject)."""
-    return {"event": "subject_done", "stage": stage, "subject": row[2], "attempt": row[3], "duration_sec": row[10],
-            "pid": row[16], "queued_at": row[7], "started_at": row[8], "ended_at": row[9], "cpu_sec": row[11],
-            "peak_rss_mb": row[12], "read_bytes": row[14], "write_bytes": row[15], "host": row[17], "gpu": row[18]}
+def done_event(stage: str, row: tuple) -> SubjectDone:
+    """The ``subject_done`` event of a traced attempt (built straight from the row: this runs per subject)."""
+    return SubjectDone(stage=stage, subject=row[2], attempt=row[3], duration_sec=row[10], pid=row[16],
+                       queued_at=row[7], started_at=row[8], ended_at=row[9], cpu_sec=row[11], peak_rss_mb=row[12],
+                       read_bytes=row[14], write_bytes=row[15], host=row[17], gpu=row[18])
 
 
-def failed_event(stage: str, row: tuple, final: bool) -> dict[str, Any]:
+def failed_event(stage: str, row: tuple, final: bool) -> SubjectFailed:
     """The ``subject_failed`` event of a traced attempt."""
-    return {"event": "subject_failed", "stage": stage, "subject": row[2], "attempt": row[3], "kind": row[5],
-            "error": row[6], "final": final, "log": row[20], "pid": row[16], "duration_sec": row[10],
-            "queued_at": row[7], "started_at": row[8], "ended_at": row[9], "cpu_sec": row[11],
-            "peak_rss_mb": row[12], "read_bytes": row[14], "write_bytes": row[15], "host": row[17], "gpu": row[18]}
+    return as_failed(done_event(stage, row), kind=row[5], error=row[6], final=final, log=row[20])

@@ -92,6 +92,40 @@ def _command_result(workdir: Path) -> Any:
     return {"workdir": str(workdir)}
 
 
+@dataclass(frozen=True)
+class _Setup:
+    """What launching here and launching on nodes share: the folders, the inputs file, the ranks' path."""
+
+    stage_dir: Path
+    workdir: Path
+    inputs_path: Path
+    root: str  # the ranks' working directory (the recipe's folder), first on their PYTHONPATH
+    pythonpath: str
+    started: float
+
+    def outcome(self, ok: bool, result: Any, error: str | None, tb: str | None, attempts: int) -> TrainOutcome:
+        return TrainOutcome(ok, result, error, tb, attempts, str(self.stage_dir), time.monotonic() - self.started)
+
+    def command(self, stage: StageSpec, run_id: str) -> list[str]:
+        """A ``command`` stage's argv, placeholders filled; an earlier attempt's result file removed."""
+        assert stage.command is not None
+        (self.workdir / RESULT_FILE).unlink(missing_ok=True)
+        return substitute(stage.command, {"workdir": str(self.workdir), "inputs": str(self.inputs_path),
+                                          "stage_dir": str(self.stage_dir), "run_id": run_id})
+
+    def ended(self, stage: StageSpec, *, ok: bool, error: str | None, tb: str | None, attempts: int,
+              value: Any) -> TrainOutcome:
+        """How the group ended; a ``command`` stage's result is the file its rank 0 wrote, else ``value``."""
+        if not ok:
+            return self.outcome(False, None, error, tb, attempts)
+        if stage.command is not None:
+            try:
+                value = _command_result(self.workdir)
+            except ValueError as exc:
+                return self.outcome(False, None, str(exc), None, attempts)
+        return self.outcome(True, value, None, None, attempts)
+
+
 def run_train_stage(
     stage: StageSpec,
     policy: RunPolicy,
@@ -111,27 +145,26 @@ def run_train_stage(
     workdir = Path(workdir).absolute()
     stage_dir.mkdir(parents=True, exist_ok=True)
     workdir.mkdir(parents=True, exist_ok=True)
-
-    def outcome(ok: bool, result: Any, error: str | None, tb: str | None, attempts: int) -> TrainOutcome:
-        return TrainOutcome(ok, result, error, tb, attempts, str(stage_dir), time.monotonic() - started)
-
     if stop.is_set():
-        return outcome(False, None, "interrupted", None, 0)
+        return TrainOutcome(False, None, "interrupted", None, 0, str(stage_dir), time.monotonic() - started)
     _clear_earlier_attempts(stage_dir)
     inputs_path = _write_inputs(stage_dir, inputs)
     root = str(Path(search_path[0]).absolute()) if search_path else os.getcwd()
     pythonpath = os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])
+    setup = _Setup(stage_dir, workdir, inputs_path, root, pythonpath, started)
     if spec.via is not None:
-        return _run_on_nodes(stage, spec, policy, stage_dir=stage_dir, workdir=workdir, inputs_path=inputs_path,
-                             search_path=search_path, root=root, pythonpath=pythonpath, run_id=run_id, stop=stop,
-                             outcome=outcome)
+        return _run_on_nodes(stage, spec, policy, setup, search_path=search_path, run_id=run_id, stop=stop)
+    return _run_here(stage, spec, policy, setup, search_path=search_path, run_id=run_id, stop=stop, console=console)
+
+
+def _run_here(stage: StageSpec, spec: LaunchSpec, policy: RunPolicy, setup: _Setup, *, search_path: tuple[str, ...],
+              run_id: str, stop: StopFlag, console: Callable[[str], None] | None) -> TrainOutcome:
+    """One launcher run on this machine."""
+    stage_dir, workdir, inputs_path, root, pythonpath = (setup.stage_dir, setup.workdir, setup.inputs_path,
+                                                          setup.root, setup.pythonpath)
     entry: Any
     if stage.command is not None:
-        (workdir / RESULT_FILE).unlink(missing_ok=True)
-        entry = substitute(
-            stage.command,
-            {"workdir": str(workdir), "inputs": str(inputs_path), "stage_dir": str(stage_dir), "run_id": run_id},
-        )
+        entry = setup.command(stage, run_id)
         args: tuple[Any, ...] = ()
     else:
         assert stage.entrypoint is not None
@@ -163,52 +196,34 @@ def run_train_stage(
             stop_signal=lambda: stop.signum,  # the ranks get the signal habitrun got, as under torchrun
         )
     except HabitrunError as exc:  # the group could not start (a command not found, ...)
-        return outcome(False, None, str(exc), None, 0)
-    attempts = len(launched.attempts)
-    if not launched.ok:
-        return outcome(False, None, launched.error, launched.traceback, attempts)
-    if stage.command is not None:
-        try:
-            result = _command_result(workdir)
-        except ValueError as exc:
-            return outcome(False, None, str(exc), None, attempts)
-    else:
-        result = launched.return_values.get(0)
-    return outcome(True, result, None, None, attempts)
+        return setup.outcome(False, None, str(exc), None, 0)
+    return setup.ended(stage, ok=launched.ok, error=launched.error, tb=launched.traceback,
+                       attempts=len(launched.attempts), value=launched.return_values.get(0) if launched.ok else None)
 
 
-def _run_on_nodes(stage: StageSpec, spec: LaunchSpec, policy: RunPolicy, *, stage_dir: Path, workdir: Path,
-                  inputs_path: Path, search_path: tuple[str, ...], root: str, pythonpath: str, run_id: str,
-                  stop: StopFlag, outcome: Callable[..., TrainOutcome]) -> TrainOutcome:
+def _run_on_nodes(stage: StageSpec, spec: LaunchSpec, policy: RunPolicy, setup: _Setup, *,
+                  search_path: tuple[str, ...], run_id: str, stop: StopFlag) -> TrainOutcome:
     """``launch.via``: one launcher agent per node (srun, or all here), c10d rendezvous between them."""
     agents: dict[str, Any] = {
         "nnodes": spec.nnodes, "nproc_per_node": spec.nproc_per_node, "rdzv_endpoint": spec.rdzv_endpoint,
         "rdzv_timeout_sec": spec.rdzv_timeout_sec, "run_id": run_id, "max_restarts": spec.max_restarts,
-        "name": stage.name, "grace": policy.graceful_shutdown_sec, "cwd": root, "env": {"PYTHONPATH": pythonpath},
-        "inputs": str(inputs_path), "workdir": str(workdir), "start_method": spec.start_method,
+        "name": stage.name, "grace": policy.graceful_shutdown_sec, "cwd": setup.root,
+        "env": {"PYTHONPATH": setup.pythonpath}, "inputs": str(setup.inputs_path), "workdir": str(setup.workdir),
+        "start_method": spec.start_method,
     }
     if stage.command is not None:
-        (workdir / RESULT_FILE).unlink(missing_ok=True)
-        agents["command"] = substitute(
-            stage.command,
-            {"workdir": str(workdir), "inputs": str(inputs_path), "stage_dir": str(stage_dir), "run_id": run_id},
-        )
+        agents["command"] = setup.command(stage, run_id)
     else:
         agents["function"] = f"{run_entrypoint.__module__}:{run_entrypoint.__name__}"
         agents["args"] = [stage.entrypoint, [str(p) for p in search_path], stage.name]
     try:
-        done = launch_nodes(agents, via=str(spec.via), log_dir=str(stage_dir), grace=policy.graceful_shutdown_sec,
-                            wake=[stop.fileno()], hurry=lambda: stop.hard, stop_signal=lambda: stop.signum)
+        done = launch_nodes(agents, via=str(spec.via), log_dir=str(setup.stage_dir),
+                            grace=policy.graceful_shutdown_sec, wake=[stop.fileno()], hurry=lambda: stop.hard,
+                            stop_signal=lambda: stop.signum)
     except HabitrunError as exc:
-        return outcome(False, None, str(exc), None, 0)
-    if not done.ok:
-        return outcome(False, None, done.error, done.traceback, done.attempts)
-    if stage.command is not None:
-        try:
-            return outcome(True, _command_result(workdir), None, None, done.attempts)
-        except ValueError as exc:
-            return outcome(False, None, str(exc), None, done.attempts)
-    return outcome(True, done.return_value, None, None, done.attempts)
+        return setup.outcome(False, None, str(exc), None, 0)
+    return setup.ended(stage, ok=done.ok, error=done.error, tb=done.traceback, attempts=done.attempts,
+                       value=done.return_value if done.ok else None)
 
 
 def _clear_earlier_attempts(stage_dir: Path) -> None:

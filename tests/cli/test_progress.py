@@ -7,6 +7,7 @@ import io
 from rich.console import Console
 
 from habitrun.cli.progress import RunDisplay
+from habitrun.engine.events import parse_event  # events as the events file holds them
 
 EVENTS = [
     {"event": "run_started", "run_id": "r1", "subjects": 3, "stages": ["features"], "resumed_from": None},
@@ -25,7 +26,7 @@ def render(**kwargs: object) -> str:
     console = Console(file=buffer, width=140, force_terminal=kwargs.pop("terminal", False), color_system=None)
     with RunDisplay(console, **kwargs) as display:  # type: ignore[arg-type]
         for event in EVENTS:
-            display.on_event(event)
+            display.on_event(parse_event(event))
     return buffer.getvalue()
 
 
@@ -57,10 +58,11 @@ def test_a_bar_takes_many_subjects_per_update_and_ends_exact_even_without_stage_
         updates = []
         real_update = display.progress.update
         display.progress.update = lambda *a, **k: (updates.append(k.get("advance")), real_update(*a, **k))[1]
-        display.on_event({"event": "stage_started", "stage": "features", "kind": "map", "total": 500,
-                          "cached": 0, "to_run": 500})
+        display.on_event(parse_event({"event": "stage_started", "stage": "features", "kind": "map",
+                                      "total": 500, "cached": 0, "to_run": 500}))
         for i in range(500):  # far faster than one update per BAR_UPDATE_SEC
-            display.on_event({"event": "subject_done", "stage": "features", "subject": f"S{i}", "attempt": 1})
+            display.on_event(parse_event({"event": "subject_done", "stage": "features", "subject": f"S{i}",
+                                          "attempt": 1}))
         # interrupted: no stage_finished; leaving the display shows what was counted
     assert len(updates) < 50 and sum(a for a in updates if a) == 500
     assert "500/500" in buffer.getvalue() and "500 done" in buffer.getvalue()
@@ -86,7 +88,7 @@ def test_markup_in_events_is_drawn_literally_on_bars_and_plain_lines() -> None:
         console = Console(file=buffer, width=200, force_terminal=terminal, color_system=None)
         with RunDisplay(console) as display:
             for event in MARKUP_EVENTS:
-                display.on_event(event)
+                display.on_event(parse_event(event))
         out = buffer.getvalue()
         for text in ("odd [/x] value [bold red]y", "f[/x]", "[link=file:///etc]s failed",
                      "no image for [/data/S002/ct.nii]", "/tmp/[bold red]s.log", "[f/0] rank says [/x]"):

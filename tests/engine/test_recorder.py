@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import habitrun.engine.recorder as recorder_module
+from habitrun.engine.events import SubjectDone, event_dict
 from habitrun.engine.recorder import Recorder
 from habitrun.store.checkpoint import CheckpointStore, Record
 
@@ -48,18 +49,18 @@ def test_every_reported_subject_is_already_stored(store: CheckpointStore) -> Non
 
 @pytest.mark.timeout(60)
 def test_an_unstorable_result_becomes_that_subjects_failure_and_the_rest_is_kept(store: CheckpointStore) -> None:
-    emitted: list[dict] = []
+    emitted: list = []
     rec = Recorder(store, emitted.extend)
     try:
         rec.submit([ok(1), ok(2, threading.Lock()), ok(3)],
-                   [{"event": "subject_done", "stage": "s", "subject": f"S{i}"} for i in (1, 2, 3)])
+                   [SubjectDone(stage="s", subject=f"S{i}", attempt=1) for i in (1, 2, 3)])
         rec.flush()
     finally:
         rec.close()
     states = store.states(["k1", "k2", "k3"])
     assert states["k1"].ok and states["k3"].ok and not states["k2"].ok
     assert "cannot be stored" in (states["k2"].error or "")
-    assert [e["event"] for e in emitted] == ["subject_done", "subject_failed", "subject_done"]
+    assert [event_dict(e)["event"] for e in emitted] == ["subject_done", "subject_failed", "subject_done"]
     assert [r.subject_id for r in rec.converted] == ["S2"]
 
 

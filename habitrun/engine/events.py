@@ -1,0 +1,228 @@
+"""What a run says as it goes: one dataclass per event kind, turned into a JSON object in one place.
+
+The runner, the recorder and the stop notices build these; the display
+(cli/progress.py) and the recorder dispatch on their type. ``event_dict`` is
+the only place an event becomes the object written to the run's
+``events.jsonl`` (``{"event": <kind>, <field>: <value>, ...}``, the keys that
+``status``, ``trace`` and ``report`` read back); ``parse_event`` reads one back.
+
+A field left ``UNSET`` is not written at all: a train stage's ``subject_done``
+has no measurements, the first ``stopping`` notice no ``now``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass, fields
+from typing import Any, ClassVar, TypeVar
+
+
+class _Unset:
+    """The value of a field an event does not carry (falsy, never written)."""
+
+    _instance: ClassVar[_Unset | None] = None
+
+    def __new__(cls) -> _Unset:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = _Unset()
+EVENT_TYPES: dict[str, type[Event]] = {}  # kind -> class
+_FIELDS: dict[type, tuple[str, ...]] = {}  # class -> its field names, in the order they are written
+E = TypeVar("E", bound="Event")
+
+
+def _event(kind: str) -> Callable[[type[E]], type[E]]:
+    """Register a kw-only, slotted event dataclass under ``kind``."""
+
+    def register(cls: type[E]) -> type[E]:
+        cls = dataclass(slots=True, kw_only=True)(cls)
+        cls.EVENT = kind
+        EVENT_TYPES[kind] = cls
+        _FIELDS[cls] = tuple(f.name for f in fields(cls))
+        return cls
+
+    return register
+
+
+class Event:
+    """Base of every event; ``EVENT`` is the value of the ``event`` key it is written under."""
+
+    __slots__ = ()
+    EVENT: ClassVar[str] = ""
+
+
+@_event("warning")
+class RunWarning(Event):
+    message: str
+
+
+@_event("run_started")
+class RunStarted(Event):
+    run_id: str
+    recipe: str
+    subjects: int
+    stages: list[str]
+    user: str
+    resumed_from: str | None = None
+
+
+@_event("run_finished")
+class RunFinished(Event):
+    outcome: str
+    exit_code: int
+    stages: dict[str, dict[str, int]]
+    failed_subjects: int
+    stop_reason: str | None
+    duration_sec: float
+    backends: list[dict[str, Any]]
+
+
+@_event("stage_started")
+class StageStarted(Event):
+    stage: str
+    kind: str  # the stage's: map, collect or train
+    total: int
+    cached: int
+    to_run: int
+    blocked: int = 0
+    recorded_failures: int = 0
+
+
+@_event("stage_finished")
+class StageFinished(Event):
+    stage: str
+    total: int
+    done: int
+    cached: int
+    failed: int
+    skipped: int
+    not_run: int = 0
+
+
+@dataclass(slots=True, kw_only=True)
+class _Attempt(Event):
+    """One subject's attempt; the measurements are those of its trace row (engine/tracing.py)."""
+
+    stage: str
+    subject: str
+    attempt: int
+    duration_sec: float = UNSET
+    pid: int | None = UNSET
+    queued_at: float | None = UNSET
+    started_at: float | None = UNSET
+    ended_at: float | None = UNSET
+    cpu_sec: float | None = UNSET
+    peak_rss_mb: float | None = UNSET
+    read_bytes: int | None = UNSET
+    write_bytes: int | None = UNSET
+    host: str | None = UNSET
+    gpu: str | None = UNSET
+
+
+@_event("subject_done")
+class SubjectDone(_Attempt):
+    pass
+
+
+@_event("subject_failed")
+class SubjectFailed(_Attempt):
+    kind: str | None
+    error: str | None
+    final: bool
+    log: str | None
+
+
+_ATTEMPT_FIELDS = tuple(f.name for f in fields(_Attempt))
+
+
+def as_failed(done: SubjectDone, *, kind: str | None, error: str | None, log: str | None,
+              final: bool = True) -> SubjectFailed:
+    """The ``subject_failed`` of the same attempt, with the same measurements (a success whose
+    result could not be stored becomes this)."""
+    return SubjectFailed(**{name: getattr(done, name) for name in _ATTEMPT_FIELDS},
+                         kind=kind, error=error, final=final, log=log)
+
+
+@_event("subject_skipped")
+class SubjectSkipped(Event):
+    stage: str
+    subject: str
+    reason: str
+
+
+@_event("retry_round")
+class RetryRound(Event):
+    stage: str
+    subjects: int
+    attempt: int
+
+
+@_event("checkpoint_cleared")
+class CheckpointCleared(Event):
+    stage: str
+    records: int
+    retried: int = 0
+
+
+@_event("train_started")
+class TrainStarted(Event):
+    stage: str
+    nproc_per_node: int
+    nnodes: int = 1
+
+
+@_event("stopping")
+class Stopping(Event):
+    """What a stop signal waits for (engine/stopnotice.py); ``now`` only on the second signal's."""
+
+    now: bool = UNSET
+    signal: str | None = None
+    stage: str | None = None
+    kind: str | None = None  # the stage's kind
+    running: int | None = None
+    grace_sec: float = 0.0
+    backend: str | None = None
+
+
+@_event("console")
+class ConsoleLine(Event):
+    """A line a train stage's rank printed (shown, never written to the events file)."""
+
+    line: str
+
+
+def event_dict(event: Event) -> dict[str, Any]:
+    """The JSON object an event is written as: ``event`` first, then its set fields in order."""
+    out: dict[str, Any] = {"event": event.EVENT}
+    for name in _FIELDS[type(event)]:
+        value = getattr(event, name)
+        if value is not UNSET:
+            out[name] = value
+    return out
+
+
+def parse_event(data: dict[str, Any]) -> Event | None:
+    """An event read back from ``event_dict`` form; None for an unknown kind.
+
+    Extra keys (the log's ``ts``) are ignored; a missing field takes its
+    default, or None when it has none.
+    """
+    cls = EVENT_TYPES.get(data.get("event", ""))
+    if cls is None:
+        return None
+    values: dict[str, Any] = {}
+    for f in fields(cls):
+        if f.name in data:
+            values[f.name] = data[f.name]
+        elif f.default is MISSING:
+            values[f.name] = None
+    return cls(**values)
