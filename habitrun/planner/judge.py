@@ -11,7 +11,7 @@ whose upstream result was since replaced by a different one is made stale
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from habitrun.planner.decision import Reason, Stored, SubjectStatus, decisions
@@ -38,22 +38,38 @@ def judge(
     the same inputs (``plan.legacy_prefix``): it counts as stored, and is listed in
     ``plan.adopted`` for `run` to move to today's key.
     """
-    stored, details = _stored(plan, candidates, probe, store, prefix)
+    groups, details = _stored(plan, candidates, probe, store, prefix)
+    _apply(plan, candidates, groups, details, forced)
+
+
+def _apply(plan: StagePlan, candidates: list[str], groups: dict[Stored, list[str]], details: dict[str, Any],
+           forced: frozenset[str]) -> None:
+    """Each candidate's status and reason from the decision table, a group of subjects at a time
+    (a decision per group: 100,000 pending subjects cost a ``dict.fromkeys``)."""
     table = decisions(plan.policy)
     status, reasons = plan.status, plan.reasons
-    usual = table[(Stored.DONE, False)]
+    usual = table[(Stored.DONE, False)]  # a success under its key: the subjects in no group
     status.update(dict.fromkeys(candidates, usual.status))
-    looked_at: Iterable[str] = stored
-    if usual.status is not SubjectStatus.DONE:  # resume is off: every subject stored is forced
-        looked_at = candidates
-    elif forced:
-        looked_at = [*stored, *(sid for sid in forced.intersection(candidates) if sid not in stored)]
-    get = stored.get
-    for sid in looked_at:
-        decision = table[(get(sid, Stored.DONE), sid in forced)]
-        status[sid] = decision.status
+    if usual.reason is not None:  # resume is off: every subject stored is forced, and says so
+        grouped = {sid for sids in groups.values() for sid in sids}
+        for sid in candidates:
+            if sid not in grouped:
+                reasons[sid] = _texts(usual.reason, plan, sid, None)
+    for stored, sids in groups.items():
+        decision = table[(stored, False)]
+        status.update(dict.fromkeys(sids, decision.status))
         if decision.reason is not None:
-            reasons[sid] = _texts(decision.reason, plan, sid, details.get(sid))
+            for sid in sids:
+                reasons[sid] = _texts(decision.reason, plan, sid, details.get(sid))
+    if forced:
+        stored_as = {sid: stored for stored, sids in groups.items() for sid in sids if sid in forced}
+        for sid in forced.intersection(candidates):
+            decision = table[(stored_as.get(sid, Stored.DONE), True)]
+            status[sid] = decision.status
+            if decision.reason is not None:
+                reasons[sid] = _texts(decision.reason, plan, sid, details.get(sid))
+            else:
+                reasons.pop(sid, None)
 
 
 def _texts(reason: Reason, plan: StagePlan, sid: str, detail: Any) -> list[str]:
@@ -66,52 +82,59 @@ def _texts(reason: Reason, plan: StagePlan, sid: str, detail: Any) -> list[str]:
 
 
 def _stored(plan: StagePlan, candidates: list[str], probe: Mapping[str, str], store: CheckpointStore | None,
-            prefix: str) -> tuple[dict[str, Stored], dict[str, Any]]:
-    """What the store holds for each candidate that is not simply a success under its key, in
-    candidate order: sid -> :class:`Stored`; and sid -> detail (why a result is unreadable, or
-    the components of a record under another key)."""
+            prefix: str) -> tuple[dict[Stored, list[str]], dict[str, Any]]:
+    """The candidates that are not simply a success under their key, grouped by what the store
+    holds for them (each group in candidate order); and sid -> detail: why a result is
+    unreadable, or the components of the subject's record under another key."""
     done, failed = store.stage_outcomes(plan.name, prefix) if store is not None else (set(), set())
     if len(candidates) == len(probe) and done.issuperset(probe.values()):
         not_done: list[str] = []
     else:
         not_done = [sid for sid in candidates if probe[sid] not in done]
-    stored: dict[str, Stored] = {}
+    groups: dict[Stored, list[str]] = {}
     if not_done and store is not None and plan.legacy_prefix is not None and plan.policy.resume:
         done, failed = _adopt(plan, not_done, probe, store, done, failed)
-        for sid in plan.adopted:
-            if probe[sid] not in done:
-                stored[sid] = Stored.ADOPTED_FAILURE
-        not_done = [sid for sid in not_done if sid not in plan.adopted]
+        if plan.adopted:
+            groups[Stored.ADOPTED_FAILURE] = [sid for sid in plan.adopted if probe[sid] not in done]
+            not_done = [sid for sid in not_done if sid not in plan.adopted]
     details: dict[str, Any] = {}
     bad = store.unreadable(plan.name, prefix) if store is not None else {}
     if bad:
-        for sid in candidates:
-            why = bad.get(probe[sid])
-            if why is not None and probe[sid] in done:
-                stored[sid], details[sid] = Stored.UNREADABLE, why
-    missing = []
-    for sid in not_done:
-        if probe[sid] in failed:
-            stored[sid] = Stored.FAILED
-        else:
-            stored[sid] = Stored.NOTHING
-            missing.append(sid)
+        unreadable = [sid for sid in candidates if probe[sid] in bad and probe[sid] in done]
+        groups[Stored.UNREADABLE] = unreadable
+        details.update((sid, bad[probe[sid]]) for sid in unreadable)
+    if failed:
+        groups[Stored.FAILED] = [sid for sid in not_done if probe[sid] in failed]
+        missing = [sid for sid in not_done if probe[sid] not in failed]
+    else:
+        missing = not_done
     if missing and store is not None:
-        _missing(plan, missing, store, stored, details)
-    return stored, details
+        _missing(plan, missing, store, groups, details)
+    else:
+        groups[Stored.NOTHING] = missing
+    return groups, details
 
 
-def _missing(plan: StagePlan, missing: list[str], store: CheckpointStore, stored: dict[str, Stored],
+def _missing(plan: StagePlan, missing: list[str], store: CheckpointStore, groups: dict[Stored, list[str]],
              details: dict[str, Any]) -> None:
-    """Subjects with nothing under their key: a record under another key, or one the damaged store lost."""
+    """Subjects with nothing under their key: a record under another key, one the damaged store
+    lost, or nothing at all."""
     latest = store.latest(plan.name)
     lost = store.lost(plan.name)
+    if not latest and not lost:
+        groups[Stored.NOTHING] = missing
+        return
+    nothing, other, gone = [], [], []
     for sid in missing:
         seen = latest.get(sid)
         if seen is not None and seen[0] != plan.keys[sid]:
-            stored[sid], details[sid] = Stored.OTHER_KEY, seen[1]
+            other.append(sid)
+            details[sid] = seen[1]
         elif sid in lost:
-            stored[sid] = Stored.LOST
+            gone.append(sid)
+        else:
+            nothing.append(sid)
+    groups.update({Stored.OTHER_KEY: other, Stored.LOST: gone, Stored.NOTHING: nothing})
 
 
 def _adopt(plan: StagePlan, not_done: list[str], probe: Mapping[str, str], store: CheckpointStore,
