@@ -31,13 +31,13 @@ from collections.abc import Callable
 from typing import Any
 
 from habitrun.errors import LaunchError
-from habitrun.launcher.environment import rank_env
+from habitrun.launcher.groupspec import RankGroupSpec
 from habitrun.launcher.ports import PortReservation
-from habitrun.launcher.processes import start_processes
+from habitrun.launcher.processes import start_group
 from habitrun.launcher.rendezvous import Rendezvous
 from habitrun.launcher.results import GroupResult
 from habitrun.launcher.std import Std
-from habitrun.launcher.supervisor import explain
+from habitrun.launcher.supervisor import AttemptPlan, explain
 
 POLL_SEC = 0.1
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -120,22 +120,20 @@ def _round(spec: dict[str, Any], rdzv: Rendezvous, round_: int, nproc: int, nnod
         group_rank, master_addr, port = rdzv.join(round_, master_port, stopped=lambda: sigs.signum is not None)
         attempt_dir = os.path.join(log_dir, f"attempt_{round_}", f"node_{group_rank}")
         world = nnodes * nproc
-        envs = {}
-        for local in range(nproc):
-            env = rank_env(local, nproc, run_id=str(spec["run_id"]), restart_count=round_,
-                           max_restarts=int(spec.get("max_restarts", 0)), master_addr=master_addr,
-                           master_port=port, error_file=os.path.join(attempt_dir, str(local), "error.json"),
-                           inputs=spec.get("inputs"), workdir=spec.get("workdir"), extra=spec.get("env") or {})
+        plan = AttemptPlan(nproc, str(spec["run_id"]), max_restarts=int(spec.get("max_restarts", 0)),
+                           master_addr=master_addr, env=spec.get("env") or {}, inputs=spec.get("inputs"),
+                           workdir=spec.get("workdir"))
+        envs = plan.rank_envs(round_, port, attempt_dir)
+        for local, env in envs.items():  # this node's ranks within the whole group
             rank = group_rank * nproc + local
             env.update(RANK=str(rank), GROUP_RANK=str(group_rank), ROLE_RANK=str(rank), WORLD_SIZE=str(world),
                        ROLE_WORLD_SIZE=str(world), GROUP_WORLD_SIZE=str(nnodes))
-            envs[local] = env
         entry, args = _entry(spec)
         grace = float(spec.get("grace", 15.0))
-        ctx = start_processes(str(spec.get("name", "train")), entry, dict.fromkeys(range(nproc), args), envs,
-                              attempt_dir, attempt=round_, redirects=Std.NONE, tee=Std.ALL,
-                              start_method=str(spec.get("start_method", "spawn")), cwd=spec.get("cwd"),
-                              grace=grace, period=POLL_SEC)
+        group = RankGroupSpec(entry, dict.fromkeys(range(nproc), args), name=str(spec.get("name", "train")),
+                              redirects=Std.NONE, tee=Std.ALL, start_method=str(spec.get("start_method", "spawn")),
+                              cwd=spec.get("cwd"), grace=grace, period=POLL_SEC)
+        ctx = start_group(group, envs, attempt_dir, attempt=round_)
         result = _watch(ctx, rdzv, sigs, grace, group_rank, host, nproc)
     finally:
         for r in reservation:

@@ -31,7 +31,7 @@ from habitrun.errors import LaunchError
 from habitrun.launcher.lifeline import die_with_parent
 from habitrun.launcher.ports import PortReservation
 from habitrun.launcher.rendezvous import SLURM_FIRST_HOST
-from habitrun.launcher.signalling import drain
+from habitrun.launcher.signalling import StopChannel
 
 AGENT_CRASH_GRACE_SEC = 10.0  # the other agents' time to notice on their own before they are stopped
 
@@ -89,7 +89,7 @@ def launch_nodes(
     with open(spec_path, "w", encoding="utf-8") as f:
         json.dump(spec, f, indent=2)
     procs = _start(spec_path, via=via, nnodes=nnodes, srun_args=srun_args)
-    interrupted = _wait(procs, grace=grace, wake=wake, hurry=hurry, stop_signal=stop_signal)
+    interrupted = _wait(procs, grace=grace, stop=StopChannel(wake, hurry, stop_signal))
     return _outcome(log_dir, nnodes, interrupted, [p.returncode for p in procs])
 
 
@@ -113,27 +113,22 @@ def _start(spec_path: str, *, via: str, nnodes: int, srun_args: Sequence[str]) -
     return procs
 
 
-def _wait(procs: list[subprocess.Popen[bytes]], *, grace: float, wake: Sequence[int],
-          hurry: Callable[[], bool] | None, stop_signal: Callable[[], int | None] | None) -> bool:
+def _wait(procs: list[subprocess.Popen[bytes]], *, grace: float, stop: StopChannel) -> bool:
     """Until every agent has exited; True if a stop was asked for."""
     stopped_at: float | None = None
     crash_at: float | None = None
     killed = False
     while any(p.poll() is None for p in procs):
-        ready = mpc.wait(list(wake), 0.1) if wake else (time.sleep(0.1) or [])
+        ready = mpc.wait(list(stop.wake), 0.1) if stop.wake else (time.sleep(0.1) or [])
         now = time.monotonic()
+        if ready:
+            stop.drain()
         if ready and stopped_at is None:
-            for fd in wake:
-                drain(fd)
-            sig = (stop_signal() if stop_signal else None) or signal.SIGTERM
-            _signal(procs, sig)
+            _signal(procs, stop.signum())
             stopped_at = now
-        elif ready:
-            for fd in wake:
-                drain(fd)
-            if hurry is not None and hurry() and not killed:
-                _signal(procs, signal.SIGKILL)
-                killed = True
+        elif ready and stop.hurried() and not killed:
+            _signal(procs, signal.SIGKILL)
+            killed = True
         if crash_at is None and any(p.returncode not in (None, 0) for p in procs):
             crash_at = now  # an agent broke: the others get a moment to see it in the store
         if crash_at is not None and now - crash_at > AGENT_CRASH_GRACE_SEC and stopped_at is None:

@@ -65,9 +65,6 @@ class GroupResult:
     def failed(self) -> bool:
         return any(r.failed for r in self.ranks.values())
 
-    def is_failed(self) -> bool:
-        return self.failed
-
     @property
     def failures(self) -> dict[int, RankResult]:
         return {n: r for n, r in self.ranks.items() if r.failed}

@@ -8,6 +8,10 @@ process, whose own group ``killpg`` would then hit. So a group is signalled
 only while a pidfd (which can never refer to another process) shows the
 leader unreaped, or, once it is reaped, only while no process holds its
 number (then only members of the old group can still carry that group id).
+
+A caller asks a running group to stop through a ``StopChannel``: file
+descriptors that turn readable (a stop flag's), the signal to forward, and
+whether a second request came (which ends the grace at once).
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from __future__ import annotations
 import multiprocessing.connection as mpc
 import os
 import signal
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 
 def open_pidfd(pid: int) -> int | None:
@@ -29,11 +35,9 @@ def unreaped(pidfd: int) -> bool:
     """True while the process behind ``pidfd`` runs or is a zombie (its PID cannot be reused)."""
     try:
         signal.pidfd_send_signal(pidfd, 0)
-        return True
-    except ProcessLookupError:
+    except (AttributeError, OSError):  # gone (ProcessLookupError) or no pidfd support
         return False
-    except (AttributeError, OSError):
-        return False
+    return True
 
 
 def pid_in_use(pid: int) -> bool:
@@ -91,3 +95,34 @@ def drain(fd: int) -> bool:
     except OSError:
         return False
     return True
+
+
+@dataclass(frozen=True)
+class StopChannel:
+    """How a caller stops a running group: ``wake`` fds turn readable.
+
+    ``stop_signal()`` names the signal to forward (None or absent: SIGTERM), as
+    torchrun forwards the one it received; ``hurry()``, asked when a ``wake``
+    fd turns readable again during the grace, True (a second Ctrl-C) ends it.
+    """
+
+    wake: Sequence[int] = ()
+    hurry: Callable[[], bool] | None = None
+    stop_signal: Callable[[], int | None] | None = None
+
+    def requested(self) -> bool:
+        """A ``wake`` fd is readable now."""
+        return bool(self.wake) and bool(mpc.wait(list(self.wake), 0))
+
+    def signum(self) -> int:
+        """The signal a stop sends."""
+        return (self.stop_signal() if self.stop_signal else None) or signal.SIGTERM
+
+    def hurried(self) -> bool:
+        """The caller wants the grace cut short."""
+        return self.hurry is not None and self.hurry()
+
+    def drain(self) -> None:
+        """Consume what woke us, so only later writes wake us again."""
+        for fd in self.wake:
+            drain(fd)

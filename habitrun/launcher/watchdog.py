@@ -28,21 +28,22 @@ def pidfd(pid):
     except (AttributeError, OSError):
         return None
 
-def unreaped(fd):
+def ours(pgid, fd):
+    # never a recycled PID's group: the leader unreaped, or its number unused by any process
+    if fd is None:
+        return True
     try:
         signal.pidfd_send_signal(fd, 0)
-        return True
+        return True  # the leader is unreaped: its number cannot have been reused
     except (AttributeError, OSError):
-        return False
-
-def in_use(pid):
+        pass
     try:
-        os.kill(pid, 0)
-        return True
+        os.kill(pgid, 0)
     except ProcessLookupError:
-        return False
+        return True  # no process holds the number: only the old group's members carry it
     except OSError:
-        return True
+        pass
+    return False
 
 for line in sys.stdin:
     line = line.strip()
@@ -55,8 +56,7 @@ for line in sys.stdin:
         groups.pop(int(line[1:]), None)
 if not clean:
     for pgid, fd in groups.items():
-        # never a recycled PID's group: the leader unreaped, or its number unused by any process
-        if fd is not None and not unreaped(fd) and in_use(pgid):
+        if not ours(pgid, fd):
             continue
         try:
             os.killpg(pgid, signal.SIGKILL)

@@ -9,7 +9,7 @@ import pytest
 
 from habitrun.errors import LaunchError
 from habitrun.launcher import Std, launch
-from habitrun.launcher.processes import plan_streams
+from habitrun.launcher.std import plan_streams
 from tests.launcher import ranks
 
 
