@@ -52,33 +52,31 @@ def _apply(plan: StagePlan, candidates: list[str], groups: dict[Stored, list[str
     status.update(dict.fromkeys(candidates, usual.status))
     if usual.reason is not None:  # resume is off: every subject stored is forced, and says so
         grouped = {sid for sids in groups.values() for sid in sids}
-        for sid in candidates:
-            if sid not in grouped:
-                reasons[sid] = _texts(usual.reason, plan, sid, None)
+        reasons.update(_texts(usual.reason, plan, [sid for sid in candidates if sid not in grouped], details))
     for stored, sids in groups.items():
         decision = table[(stored, False)]
         status.update(dict.fromkeys(sids, decision.status))
         if decision.reason is not None:
-            for sid in sids:
-                reasons[sid] = _texts(decision.reason, plan, sid, details.get(sid))
+            reasons.update(_texts(decision.reason, plan, sids, details))
     if forced:
         stored_as = {sid: stored for stored, sids in groups.items() for sid in sids if sid in forced}
         for sid in forced.intersection(candidates):
             decision = table[(stored_as.get(sid, Stored.DONE), True)]
             status[sid] = decision.status
             if decision.reason is not None:
-                reasons[sid] = _texts(decision.reason, plan, sid, details.get(sid))
+                reasons.update(_texts(decision.reason, plan, [sid], details))
             else:
                 reasons.pop(sid, None)
 
 
-def _texts(reason: Reason, plan: StagePlan, sid: str, detail: Any) -> list[str]:
-    """A subject's reason in words; ``detail``: what the store said about it (see :func:`_stored`)."""
+def _texts(reason: Reason, plan: StagePlan, sids: list[str], details: Mapping[str, Any]) -> dict[str, list[str]]:
+    """sid -> its reason in words; ``details``: what the store said about each (see :func:`_stored`)."""
     if reason is Reason.KEY_CHANGED:
-        return explain(detail, plan.components[sid])
+        return {sid: explain(details[sid], plan.components[sid]) for sid in sids}
     if reason is Reason.RESULT_UNREADABLE:
-        return [reason.text(why=detail)]
-    return [reason.text()]
+        return {sid: [reason.text(why=details[sid])] for sid in sids}
+    text = reason.text()
+    return {sid: [text] for sid in sids}
 
 
 def _stored(plan: StagePlan, candidates: list[str], probe: Mapping[str, str], store: CheckpointStore | None,
