@@ -5,7 +5,11 @@ store each run). B: a hand-written script that reads the same CSV, maps the
 same operator over it with a spawn ``ProcessPoolExecutor`` of 2 workers and
 dumps the results as JSON. Both are whole processes started the way a user
 starts them; A and B alternate so a load spike on the shared machine hits
-both. Printed: median and spread (min-max) of each, and the ratio A/B.
+both. Printed: median and spread (min-max) of each, its median CPU seconds
+(user + system of every process it waited for: steadier than wall time on a
+shared machine), and the ratio A/B of the wall medians. The commands run with
+their bytecode cached, as an installed package does (``--no-bytecode-cache``:
+as the environment says).
 
 Then the wall time of the commands a user types to look at a study:
 `habitrun --help`, `validate`, `plan`, `status` on a recipe (default: the
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -27,6 +32,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 DEMO = Path(__file__).resolve().parent.parent / "recipes" / "demo" / "recipe.yaml"
@@ -90,15 +96,51 @@ def make_study(folder: Path, n: int, ms: float) -> Path:
     return folder / "recipe.yaml"
 
 
-def timed(argv: list[str], cwd: Path, source: Path | None = None) -> float:
-    """Wall seconds of one command (habitrun imported from ``source`` if given); it must succeed."""
-    env = None if source is None else {**os.environ, "PYTHONPATH": str(source)}
+# Where the timed commands keep their bytecode (set in main): an installed package has its
+# .pyc files, so the runs get them too, even where PYTHONDONTWRITEBYTECODE is set.
+PYCACHE: Path | None = None
+
+
+def child_env(source: Path | None) -> dict[str, str]:
+    """The environment of a timed command: habitrun from ``source`` if given, bytecode cached."""
+    env = dict(os.environ)
+    if source is not None:
+        env["PYTHONPATH"] = str(source)
+    if PYCACHE is not None:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(PYCACHE)
+    return env
+
+
+@dataclass
+class Series:
+    """Wall seconds of each run, and the CPU seconds (user + system) of the processes it reaped."""
+
+    wall: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        return f"{statistics.median(self.wall):7.3f} s ({min(self.wall):.3f}-{max(self.wall):.3f}) cpu {statistics.median(self.cpu):.3f}"
+
+    def median(self) -> float:
+        return statistics.median(self.wall)
+
+
+def timed(series: Series, argv: list[str], cwd: Path, source: Path | None = None) -> None:
+    """Time one command (habitrun imported from ``source`` if given) into ``series``; it must succeed.
+
+    CPU counts every process the command waited for; on a shared machine it moves less than wall time.
+    """
+    env = child_env(source)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False, env=env)
     took = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} exited {done.returncode}:\n{done.stderr[-2000:]}")
-    return took
+    series.wall.append(took)
+    series.cpu.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
 
 
 def habitrun_cmd() -> list[str]:
@@ -107,32 +149,26 @@ def habitrun_cmd() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "habitrun.cli.app"]
 
 
-def spread(values: list[float]) -> str:
-    return f"{statistics.median(values):7.3f} s ({min(values):.3f}-{max(values):.3f})"
-
-
 def run_vs_pool(root: Path, n: int, ms: float, repeat: int,
-                baseline: Path | None) -> tuple[list[float], list[float], list[float]]:
+                baseline: Path | None) -> tuple[Series, Series, Series]:
     """Alternating A (habitrun run) / B (pool script) [/ A from the baseline tree] runs, each on a fresh store."""
-    a: list[float] = []
-    b: list[float] = []
-    base: list[float] = []
+    a, b, base = Series(), Series(), Series()
     for i in range(repeat):
         study = make_study(root / f"n{n}-ms{ms:g}-{i}", n, ms)
-        a.append(timed([*habitrun_cmd(), "run", str(study), "-q"], study.parent))
-        b.append(timed([sys.executable, "pool.py", "subjects.csv", str(ms), str(WORKERS), "out.json"],
-                       study.parent))
+        timed(a, [*habitrun_cmd(), "run", str(study), "-q"], study.parent)
+        timed(b, [sys.executable, "pool.py", "subjects.csv", str(ms), str(WORKERS), "out.json"], study.parent)
         if baseline is not None:
             shutil.rmtree(study.parent / ".habitrun", ignore_errors=True)
-            base.append(timed([*habitrun_cmd(), "run", str(study), "-q"], study.parent, baseline))
+            timed(base, [*habitrun_cmd(), "run", str(study), "-q"], study.parent, baseline)
         shutil.rmtree(study.parent, ignore_errors=True)
     return a, b, base
 
 
-def inspect_commands(recipe: Path, repeat: int, baseline: Path | None) -> dict[str, list[float]]:
+def inspect_commands(recipe: Path, repeat: int, baseline: Path | None) -> dict[str, Series]:
     """Wall seconds of --help / validate / plan / status on ``recipe`` (after one run, so records exist)."""
     cmd = habitrun_cmd()
-    subprocess.run([*cmd, "run", str(recipe), "-q"], cwd=recipe.parent, capture_output=True, check=False)
+    subprocess.run([*cmd, "run", str(recipe), "-q"], cwd=recipe.parent, capture_output=True, check=False,
+                   env=child_env(None))
     argvs = {
         "habitrun --help": [*cmd, "--help"],
         "habitrun validate": [*cmd, "validate", str(recipe)],
@@ -140,11 +176,11 @@ def inspect_commands(recipe: Path, repeat: int, baseline: Path | None) -> dict[s
         "habitrun status": [*cmd, "status", str(recipe)],
     }
     sources = {"": None} if baseline is None else {"": None, " (baseline)": baseline}
-    times: dict[str, list[float]] = {name + tag: [] for name in argvs for tag in sources}
+    times = {name + tag: Series() for name in argvs for tag in sources}
     for _ in range(repeat):  # interleaved, like A/B above
         for name, argv in argvs.items():
             for tag, source in sources.items():
-                times[name + tag].append(timed(argv, recipe.parent, source))
+                timed(times[name + tag], argv, recipe.parent, source)
     return times
 
 
@@ -156,28 +192,39 @@ def main() -> None:
     parser.add_argument("--baseline", type=Path, default=None,
                         help="a folder holding another habitrun package (e.g. `git archive main habitrun`): "
                              "time its `habitrun` too, alternating with this one")
+    parser.add_argument("--no-bytecode-cache", action="store_true",
+                        help="run the commands as the environment says (with PYTHONDONTWRITEBYTECODE set, "
+                             "habitrun's modules are compiled again in every command)")
     opts = parser.parse_args()
+    global PYCACHE
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
+        if not opts.no_bytecode_cache:
+            PYCACHE = root / "pycache"
+            for source in (None, opts.baseline):  # fill the cache: the first import compiles
+                subprocess.run([*habitrun_cmd(), "--help"], capture_output=True, check=False, env=child_env(source))
+                subprocess.run([sys.executable, "-c", "import habitrun.cli.run, habitrun.cli.status, "
+                                "habitrun.cli.plan, habitrun.cli.resume, habitrun.engine.process.worker"],
+                               capture_output=True, check=False, env=child_env(source))
         print(f"habitrun run vs a spawn ProcessPoolExecutor script, {WORKERS} workers, "
               f"{opts.repeat} alternating runs each: median (min-max)")
-        head = f"{'N x ms':>10}  {'habitrun run':>26}  {'pool script':>26}  {'ratio':>5}"
+        head = f"{'N x ms':>10}  {'habitrun run':>36}  {'pool script':>36}  {'ratio':>5}"
         if opts.baseline is not None:
-            head += f"  {'baseline habitrun run':>26}  {'ratio':>5}"
+            head += f"  {'baseline habitrun run':>36}  {'ratio':>5}"
         print(head)
         for pair in opts.sizes.split(","):
             n_text, ms_text = pair.split("x")
             a, b, base = run_vs_pool(root, int(n_text), float(ms_text), opts.repeat, opts.baseline)
-            line = f"{pair:>10}  {spread(a):>26}  {spread(b):>26}  {statistics.median(a) / statistics.median(b):5.2f}"
-            if base:
-                line += f"  {spread(base):>26}  {statistics.median(base) / statistics.median(b):5.2f}"
+            line = f"{pair:>10}  {a!s:>36}  {b!s:>36}  {a.median() / b.median():5.2f}"
+            if base.wall:
+                line += f"  {base!s:>36}  {base.median() / b.median():5.2f}"
             print(line, flush=True)
         study = root / "inspect"
         shutil.copytree(opts.recipe.resolve().parent, study)
         times = inspect_commands(study / opts.recipe.name, opts.repeat, opts.baseline)
-        print(f"\ncommands on {opts.recipe}: median (min-max)")
-        for name, values in times.items():
-            print(f"{name:>29}  {spread(values)}")
+        print(f"\ncommands on {opts.recipe}: median (min-max), median CPU")
+        for name, series in times.items():
+            print(f"{name:>29}  {series}")
 
 
 if __name__ == "__main__":

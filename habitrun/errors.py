@@ -63,12 +63,6 @@ class LockHeldError(StoreError):
     """Another live run holds the store's lock (exit 2)."""
 
 
-class RunInterrupted(HabitrunError):
-    """The run was stopped by a signal; finished work is stored (exit 130)."""
-
-    exit_code = EXIT_INTERRUPTED
-
-
 class WorkerStartError(HabitrunError):
     """No worker process could be started at all (exit 2): a run-level problem, no subject's failure."""
 

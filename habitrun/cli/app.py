@@ -23,7 +23,6 @@ from rich.console import Console
 from habitrun import __version__
 from habitrun.cli.text import esc
 from habitrun.errors import EXIT_INTERRUPTED, HabitrunError
-from habitrun.spec.opcheck import discard_early, start_early
 
 # Every command, in help order, with the one-line help `habitrun --help` shows
 # for it: listing the commands (and suggesting one for a typo) needs no import
@@ -70,7 +69,13 @@ class LazyCommands(typer.core.TyperGroup):
     def format_help(self, ctx: typer.Context, formatter: object) -> None:  # type: ignore[override]
         self._listing = True  # the listing shows placeholders as they are
         try:
-            super().format_help(ctx, formatter)  # type: ignore[arg-type]
+            if self.rich_markup_mode == "rich":
+                from habitrun.cli.listing import print_listing
+
+                commands = (self.get_command(ctx, name) for name in self.list_commands(ctx))
+                print_listing(self, ctx, (c for c in commands if c is not None and not c.hidden))  # type: ignore[misc]
+            else:
+                super().format_help(ctx, formatter)  # type: ignore[arg-type]
         finally:
             self._listing = False
 
@@ -149,10 +154,18 @@ def early_recipe(argv: list[str]) -> Path | None:
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point; ``argv`` (default: ``sys.argv[1:]``) lets a test run it in-process."""
-    recipe = early_recipe(sys.argv[1:] if argv is None else argv)
+    args = sys.argv[1:] if argv is None else argv
+    argv_command = args[0] if args else None
+    recipe = early_recipe(args)
     if recipe is not None:
+        from habitrun.spec.opcheck import start_early
+
         # Started before the command is imported: its imports overlap with ours.
         start_early(recipe)
+        if argv_command in ("run", "resume"):
+            from habitrun.engine.process import early
+
+            early.start()  # the workers' fork server boots meanwhile too
     try:
         app(args=argv, prog_name="habitrun")
     except HabitrunError as exc:
@@ -165,7 +178,14 @@ def main(argv: list[str] | None = None) -> None:
             # the last milliseconds of shutdown has nothing left to stop (it would end the
             # process by SIGINT after a success); in-process callers keep their own handler
             signal.signal(signal.SIGINT, signal.SIG_IGN)
-        discard_early()
+        if recipe is not None:
+            from habitrun.spec.opcheck import discard_early
+
+            discard_early()
+        if "habitrun.engine.process.early" in sys.modules:
+            from habitrun.engine.process import early
+
+            early.discard()
 
 
 if __name__ == "__main__":  # pragma: no cover

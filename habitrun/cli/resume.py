@@ -17,16 +17,8 @@ import typer
 from rich.console import Console
 
 from habitrun.cli.app import app
-from habitrun.cli.execute import (
-    RECORD_NOOP_HELP,
-    RERUN_HELP,
-    RETRY_FAILED_HELP,
-    STAGE_HELP,
-    Selection,
-    execute,
-    load_selected,
-    retry_command,
-)
+from habitrun.cli.execute import Selection, execute, load_selected, retry_command
+from habitrun.cli.options import Chosen, run_options
 from habitrun.cli.text import esc
 from habitrun.errors import HabitrunError, RecipeError, StoreError
 from habitrun.spec.loader import LoadedRecipe, load_recipe
@@ -100,19 +92,16 @@ def _body(resolved_yaml: str) -> list[str]:
 
 
 @app.command()
+@run_options
 def resume(
     target: Optional[Path] = typer.Argument(None, help="Recipe file, study folder or run folder (default: ./recipe.yaml)."),  # noqa: UP045
     use_current: bool = typer.Option(False, "--use-current", help="Use the recipe file as it is now, not as it was run."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the final summary."),
-    retry_failed: bool = typer.Option(False, "--retry-failed", help=RETRY_FAILED_HELP),
-    rerun: Optional[list[str]] = typer.Option(None, "--rerun", metavar="SUBJECT", help=RERUN_HELP),  # noqa: UP045
-    stage: Optional[str] = typer.Option(None, "--stage", metavar="NAME", help=STAGE_HELP),  # noqa: UP045
-    record_noop: bool = typer.Option(False, "--record-noop", help=RECORD_NOOP_HELP),
-    report: bool = typer.Option(False, "--report", help="Write report.html into the run folder at the end (as policy.report)."),
+    *,
+    chosen: Chosen,
 ) -> None:
     """Finish the latest run: nothing that finished is repeated, nothing is lost."""
     console = Console(highlight=False, soft_wrap=True)
-    selection = Selection(retry_failed, tuple(rerun or ()), stage, record_noop)
+    selection, quiet, report = chosen.selection, chosen.quiet, chosen.report
     recipe_arg = str(target or DEFAULT_RECIPE)
     retry = retry_command("resume", recipe_arg, (), selection)
     previous, recipe_path, root = find_run(target)

@@ -12,11 +12,13 @@ from __future__ import annotations
 import json
 import os
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import typer
 from rich import box
+from rich.console import Console
 from rich.table import Table
 
 from habitrun.cli.app import app, err_console
@@ -171,6 +173,39 @@ def _mb(value: float | None) -> str:
     return fmt(value, "MB").replace("–", "-")
 
 
+@dataclass
+class Shown:
+    """Everything `status` shows of one run: gathered first, then printed as text or JSON."""
+
+    loaded: LoadedRecipe
+    run: RunFolder
+    outcome: str
+    info: dict[str, Any]
+    plan: Plan
+    failed: list[dict[str, Any]]
+    stats: dict[str, dict[str, Any]]
+    damaged: list[dict[str, str]]
+    notes: list[str]
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_USAGE if self.notes else exit_code_for(self.outcome)
+
+
+def gather(loaded: LoadedRecipe, run: RunFolder, *, verify: bool) -> Shown:
+    """Plan the recipe against the store and collect what `status` reports (nothing is written)."""
+    outcome, info = run_state(run, loaded)
+    subjects = load_subjects(loaded)
+    store = open_existing_store(loaded, verify=verify)
+    try:
+        plan = plan_study(loaded, subjects, store)
+        return Shown(loaded, run, outcome, info, plan, failures(plan, store), resource_stats(plan, store),
+                     unreadable(plan), store_notes(loaded, store))
+    finally:
+        if store is not None:
+            store.close()
+
+
 @app.command()
 def status(
     target: Path = typer.Argument(Path("recipe.yaml"), help="A recipe file or a run folder (default: ./recipe.yaml)."),
@@ -191,33 +226,35 @@ def status(
         else:
             console.print(f"no run yet for {esc(str(loaded.path))} (runs go to {esc(str(loaded.run_root() / 'runs'))})")
         return
-    outcome, info = run_state(run, loaded)
-    subjects = load_subjects(loaded)
-    store = open_existing_store(loaded, verify=verify)
-    try:
-        plan = plan_study(loaded, subjects, store)
-        failed = failures(plan, store)
-        stats = resource_stats(plan, store)
-        damaged = unreadable(plan)
-        notes = store_notes(loaded, store)
-    finally:
-        if store is not None:
-            store.close()
-    code = exit_code_for(outcome)
+    shown = gather(loaded, run, verify=verify)
     if as_json:
-        typer.echo(json.dumps({
-            "recipe": str(loaded.path),
-            "run": {"id": run.run_id, "path": str(run.path), "outcome": outcome,
-                    "started_at": info.get("started_at"), "ended_at": info.get("ended_at"),
-                    **({"resume": resume_command(target)} if outcome == RUNNER_DIED else {})},
-            "stages": {s.name: s.counts() for s in plan},
-            "packages_changed": {s.name: s.package_changes for s in plan if s.package_changes},
-            "failures": failed,
-            "resources": stats,
-            "unreadable": damaged,
-            "store_damage": notes,
-        }, indent=1, ensure_ascii=False))
-        raise typer.Exit(EXIT_USAGE if notes else code)
+        typer.echo(json.dumps(as_document(shown, target), indent=1, ensure_ascii=False))
+    else:
+        print_run(console, shown, target)
+        print_problems(console, shown, show_all=show_all)
+    raise typer.Exit(shown.exit_code)
+
+
+def as_document(shown: Shown, target: Path) -> dict[str, Any]:
+    """The JSON `status --json` prints."""
+    run, outcome, info, plan = shown.run, shown.outcome, shown.info, shown.plan
+    return {
+        "recipe": str(shown.loaded.path),
+        "run": {"id": run.run_id, "path": str(run.path), "outcome": outcome,
+                "started_at": info.get("started_at"), "ended_at": info.get("ended_at"),
+                **({"resume": resume_command(target)} if outcome == RUNNER_DIED else {})},
+        "stages": {s.name: s.counts() for s in plan},
+        "packages_changed": {s.name: s.package_changes for s in plan if s.package_changes},
+        "failures": shown.failed,
+        "resources": shown.stats,
+        "unreadable": shown.damaged,
+        "store_damage": shown.notes,
+    }
+
+
+def print_run(console: Console, shown: Shown, target: Path) -> None:
+    """The run's outcome and times, the stage counts now, the resources and package changes."""
+    run, outcome, info = shown.run, shown.outcome, shown.info
     console.print(f"[bold]run {esc(run.run_id)}[/]: {esc(outcome)}")
     console.print(f"  folder   {esc(str(run.path))}")
     console.print(f"  started  {esc(str(info.get('started_at', '?')))}")
@@ -226,34 +263,38 @@ def status(
     if outcome == RUNNER_DIED:
         console.print("  it did not finish: what it stored is kept; continue with: "
                       f"{esc(resume_command(target))}", highlight=False)
-    console.print(counts_table(plan, f"stages of {esc(loaded.recipe.name)} now"))
-    if stats:
-        console.print(resources_table(stats))
-        for name, st in stats.items():
+    console.print(counts_table(shown.plan, f"stages of {esc(shown.loaded.recipe.name)} now"))
+    if shown.stats:
+        console.print(resources_table(shown.stats))
+        for name, st in shown.stats.items():
             slow = ", ".join(f"{esc(s['subject'])} {_seconds(s['duration_sec'])}" for s in st["slowest"])
             console.print(f"  slowest in {esc(name)}: {slow}", highlight=False)
-    print_package_changes(console, plan)
-    for note in notes:
+    print_package_changes(console, shown.plan)
+
+
+def print_problems(console: Console, shown: Shown, *, show_all: bool) -> None:
+    """Store damage, unreadable stored results and each failed subject with its log."""
+    for note in shown.notes:
         err_console.print(f"[bold red]store damaged:[/] {esc(note)}", highlight=False)
+    damaged, failed = shown.damaged, shown.failed
     if damaged:
         console.print(f"[yellow]{len(damaged)} stored result(s) unreadable[/] (stale: `habitrun run` recomputes them):")
         for d in damaged[:MAX_FAILURES_SHOWN] if not show_all else damaged:
             console.print(f"  {esc(d['stage'])} {esc(d['subject'])}: {esc(d['reason'])}", highlight=False)
     if not failed:
         console.print("no failed subjects")
-        raise typer.Exit(EXIT_USAGE if notes else code)
+        return
     console.print(f"[red]{len(failed)} failed subject(s)[/]:")
-    shown = failed if show_all else failed[:MAX_FAILURES_SHOWN]
-    for f in shown:
+    listed = failed if show_all else failed[:MAX_FAILURES_SHOWN]
+    for f in listed:
         what = f"{f['kind']}: {f['error']}" if f["kind"] else f["error"]
         console.print(f"  {esc(f['stage'])} {esc(f['subject'])}: {esc(what)}", highlight=False)
         if f["log"] and os.path.exists(f["log"]):
             console.print(f"      log: {esc(f['log'])}", highlight=False)
         else:  # a subject that printed nothing before it was stopped, or a log folder since deleted
             console.print("      log: none was written", highlight=False)
-    if len(shown) < len(failed):
-        console.print(f"  ... and {len(failed) - len(shown)} more (habitrun status --all)")
-    raise typer.Exit(EXIT_USAGE if notes else code)
+    if len(listed) < len(failed):
+        console.print(f"  ... and {len(failed) - len(listed)} more (habitrun status --all)")
 
 
 def exit_code_for(outcome: str) -> int:

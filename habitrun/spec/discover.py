@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import csv
 import difflib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -115,6 +115,90 @@ def _conflict_messages(merge: _Merge, sources: list[tuple[str | None, WalkResult
     return out
 
 
+class _Found:
+    """What the recipe's templates matched: rows merged per subject, columns in order of appearance."""
+
+    def __init__(self, loaded: LoadedRecipe) -> None:
+        spec = self.spec = loaded.recipe.subjects
+        self.loaded = loaded
+        self.bids = spec.bids is not None
+        self.patterns = spec.patterns()
+        self.pivot = "suffix" if self.bids else spec.pivot
+        self.merge = _Merge()
+        self.field_columns: list[str] = ["participant_id", "subject", "session"] if self.bids else []
+        self.file_columns: list[str] = []
+        self.empty: list[tuple[tuple[Any, ...], str, str]] = []  # (recipe key, template, where it looked)
+        self.files = 0
+        self.texts: list[str] = []
+        self.sources: list[tuple[str | None, WalkResult]] = []
+        self.where = loaded.locate(("subjects", "bids" if self.bids else "from"))
+
+    def id_of(self, values: dict[str, str]) -> str:
+        return bids_id(values) if self.bids else values[self.spec.id]
+
+    def columns_of(self, values: dict[str, str], column: str | None) -> dict[str, str]:
+        """The columns one match fills, besides its file: fields, or the BIDS entities."""
+        if self.bids:
+            return {"participant_id": f"sub-{values['subject']}", "subject": values["subject"],
+                    "session": values.get("session", "")}
+        return {k: v for k, v in values.items() if k != self.pivot}
+
+    def walk(self, at: tuple[Any, ...], column: str | None, text: str) -> None:
+        """Walk one template and merge its matches (one that matches nothing is noted in ``empty``)."""
+        pivot, bids = self.pivot, self.bids
+        template = parse_template(text, self.patterns)
+        self.texts.append(text)
+        result = walk(template, self.loaded.root, self.patterns)
+        if not result.matches:
+            self.empty.append((at, text, result.nearest()))
+            return
+        self.files += len(result.matches)
+        self.sources.append((column, result))
+        for name in template.fields:
+            if name != pivot and not (bids and name in _BIDS_HIDDEN) and name not in self.field_columns:
+                self.field_columns.append(name)
+        plain = column or PATH_COLUMN
+        if bids:
+            for path, values in result.matches:
+                sid = bids_id(values)
+                for name, value in self.columns_of(values, column).items():
+                    self.merge.put(sid, name, value)
+                self.merge.put(sid, values["suffix"], path)
+        else:
+            self.merge.add(result.matches, self.spec.id, pivot if pivot in template.fields else None, plain)
+        targets = {values[pivot] for _, values in result.matches} if pivot in template.fields else {plain}
+        self.file_columns.extend(sorted(t for t in targets if t not in self.file_columns))
+
+    def check(self) -> None:
+        """Raise RecipeError for templates that matched nothing or a subject with two values for a column."""
+        spec, where, empty = self.spec, self.where, self.empty
+        if self.bids and len(empty) == len(self.texts):
+            raise RecipeError([f"{where}: no file matches the BIDS layout {spec.bids!r} "
+                               f"(datatype {spec.datatype}, suffix {', '.join(spec.suffix or ())}): {empty[0][2]}"])
+        if empty and not self.bids:
+            raise RecipeError([f"{self.loaded.locate(('subjects', *at))}: no file matches {text!r}: {nearest}"
+                               for at, text, nearest in empty])
+        if self.merge.conflicts:
+            raise RecipeError(_conflict_messages(self.merge, self.sources, _with_file(self.columns_of, self.pivot),
+                                                 self.id_of, where, self.pivot))
+
+    def columns(self) -> list[str]:
+        """The table's columns (fields, then files) after putting the file columns in their order."""
+        if self.pivot is not None:
+            if self.bids:
+                self.file_columns = [s for s in self.spec.suffix or () if s in self.file_columns]
+            else:
+                self.file_columns = sorted(self.file_columns)
+        columns = [c for c in self.field_columns if c not in self.file_columns] + self.file_columns
+        unknown = [(j, name) for j, name in enumerate(self.spec.required) if name not in columns]
+        if unknown:
+            raise RecipeError([
+                f"{self.loaded.locate(('subjects', 'required', j))}: {name!r} is not a column found on disk "
+                f"({_did_you_mean(name, columns)}columns: {', '.join(columns)})" for j, name in unknown
+            ])
+        return columns
+
+
 def discover(loaded: LoadedRecipe) -> tuple[list[tuple[str, dict[str, Any]]], Discovery]:
     """(id, row) of every subject found, sorted by id, and the Discovery report.
 
@@ -123,90 +207,38 @@ def discover(loaded: LoadedRecipe) -> tuple[list[tuple[str, dict[str, Any]]], Di
     for one subject and column, an unknown required column, or a bad manifest.
     """
     spec = loaded.recipe.subjects
-    bids = spec.bids is not None
-    patterns = spec.patterns()
-    pivot = "suffix" if bids else spec.pivot
-    id_of: Callable[[dict[str, str]], str] = bids_id if bids else (lambda values: values[spec.id])
-    merge = _Merge()
-    field_columns: list[str] = ["participant_id", "subject", "session"] if bids else []
-    file_columns: list[str] = []
-    empty: list[tuple[tuple[Any, ...], str, str]] = []  # (recipe key, template, where it looked)
-    files = 0
-    texts: list[str] = []
-    found: list[tuple[str | None, WalkResult]] = []
-
-    def columns_of(values: dict[str, str], column: str | None) -> dict[str, str]:
-        """The columns one match fills, besides its file: fields, or the BIDS entities."""
-        if bids:
-            return {"participant_id": f"sub-{values['subject']}", "subject": values["subject"],
-                    "session": values.get("session", "")}
-        return {k: v for k, v in values.items() if k != pivot}
-
+    found = _Found(loaded)
     for at, column, text in spec.templates():
-        template = parse_template(text, patterns)
-        texts.append(text)
-        result = walk(template, loaded.root, patterns)
-        if not result.matches:
-            empty.append((at, text, result.nearest()))
-            continue
-        files += len(result.matches)
-        found.append((column, result))
-        for name in template.fields:
-            if name != pivot and not (bids and name in _BIDS_HIDDEN) and name not in field_columns:
-                field_columns.append(name)
-        plain = column or PATH_COLUMN
-        if bids:
-            for path, values in result.matches:
-                sid = bids_id(values)
-                for name, value in columns_of(values, column).items():
-                    merge.put(sid, name, value)
-                merge.put(sid, values["suffix"], path)
-        else:
-            merge.add(result.matches, spec.id, pivot if pivot in template.fields else None, plain)
-        targets = {values[pivot] for _, values in result.matches} if pivot in template.fields else {plain}
-        file_columns.extend(sorted(t for t in targets if t not in file_columns))
-    where = loaded.locate(("subjects", "bids" if bids else "from"))
-    if bids and len(empty) == len(texts):
-        raise RecipeError([f"{where}: no file matches the BIDS layout {spec.bids!r} "
-                           f"(datatype {spec.datatype}, suffix {', '.join(spec.suffix or ())}): {empty[0][2]}"])
-    if empty and not bids:
-        raise RecipeError([f"{loaded.locate(('subjects', *at))}: no file matches {text!r}: {nearest}"
-                           for at, text, nearest in empty])
-    problems = _conflict_messages(merge, found, _with_file(columns_of, pivot), id_of, where, pivot) if merge.conflicts else []
-    if problems:
-        raise RecipeError(problems)
-    if pivot is not None:
-        if bids:
-            file_columns = [s for s in spec.suffix or () if s in file_columns]
-        else:
-            file_columns = sorted(file_columns)
-    columns = [c for c in field_columns if c not in file_columns] + file_columns
-    unknown = [(j, name) for j, name in enumerate(spec.required) if name not in columns]
-    if unknown:
-        raise RecipeError([
-            f"{loaded.locate(('subjects', 'required', j))}: {name!r} is not a column found on disk "
-            f"({_did_you_mean(name, columns)}columns: {', '.join(columns)})" for j, name in unknown
-        ])
-    report = Discovery(" + ".join(texts) if not bids else f"bids {spec.bids}", tuple(columns),
-                       tuple(file_columns), files)
+        found.walk(at, column, text)
+    found.check()
+    columns = found.columns()
+    report = Discovery(" + ".join(found.texts) if not found.bids else f"bids {spec.bids}", tuple(columns),
+                       tuple(found.file_columns), found.files)
+    rows = _complete_rows(found.merge.rows, columns, spec.required, report)
+    manifest = spec.manifest
+    if manifest is None and found.bids:
+        default = _under(loaded, spec.bids or ".") / PARTICIPANTS
+        manifest = str(default) if default.is_file() else None
+    if manifest is not None:
+        rows = _join(loaded, manifest, rows, report, join="participant_id" if found.bids else spec.id)
+    return rows, report
+
+
+def _complete_rows(merged: dict[str, dict[str, str]], columns: list[str], required: Sequence[str],
+                   report: Discovery) -> list[tuple[str, dict[str, Any]]]:
+    """Each subject's row with every column, sorted by id; those missing a required column go to the report."""
     rows: list[tuple[str, dict[str, Any]]] = []
     width = len(columns)
-    for sid in sorted(merge.rows):
-        row = merge.rows[sid]
+    for sid in sorted(merged):
+        row = merged[sid]
         full = row if len(row) == width else {c: row.get(c, "") for c in columns}
-        missing = tuple(c for c in spec.required if not full[c])
+        missing = tuple(c for c in required if not full[c])
         if missing:
             report.incomplete.append((sid, missing))
         else:
             rows.append((sid, full))
-    report.found = len(merge.rows)
-    manifest = spec.manifest
-    if manifest is None and bids:
-        default = _under(loaded, spec.bids or ".") / PARTICIPANTS
-        manifest = str(default) if default.is_file() else None
-    if manifest is not None:
-        rows = _join(loaded, manifest, rows, report, join="participant_id" if bids else spec.id)
-    return rows, report
+    report.found = len(merged)
+    return rows
 
 
 def _did_you_mean(name: str, choices: list[str]) -> str:

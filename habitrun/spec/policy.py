@@ -53,6 +53,16 @@ _RETRY_ON_SCHEMA = {"anyOf": [
 ]}
 
 
+def ids_as_strings(value: Any) -> Any:
+    """A list of subject ids as a tuple of strings (an id the YAML gives as a number counts as its text)."""
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            if not isinstance(item, (str, int)) or isinstance(item, bool):
+                raise ValueError(f"subject ids must be strings, got {item!r}")
+        return tuple(str(item) for item in value)
+    return value
+
+
 def expand_retry_kinds(value: Any) -> Any:
     """``auto_retry_on: all`` is every kind (HABIT's behaviour: every failure is retried)."""
     return RETRY_KINDS if value == "all" else value
@@ -181,14 +191,7 @@ class RunPolicy(BaseModel):
     @field_validator("force_rerun_subjects", mode="before")
     @classmethod
     def _ids_as_strings(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return (value,)
-        if isinstance(value, (list, tuple)):
-            for item in value:
-                if not isinstance(item, (str, int)) or isinstance(item, bool):
-                    raise ValueError(f"subject ids must be strings, got {item!r}")
-            return tuple(str(item) for item in value)
-        return value
+        return (value,) if isinstance(value, str) else ids_as_strings(value)
 
     @field_validator("auto_retry_on", mode="before")
     @classmethod
@@ -251,5 +254,3 @@ class RunPolicy(BaseModel):
         data.update(override)
         return type(self).model_validate(data)
 
-
-POLICY_FIELDS: tuple[str, ...] = tuple(RunPolicy.model_fields)

@@ -6,7 +6,6 @@ These models validate structure and the stage graph. Reading the file
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import (
@@ -20,9 +19,8 @@ from pydantic import (
 )
 
 from habitrun.spec.located import LocatedError
-from habitrun.spec.policy import MAX_WAIT_SEC, RunPolicy, expand_retry_kinds
+from habitrun.spec.policy import MAX_WAIT_SEC, RunPolicy, expand_retry_kinds, ids_as_strings
 
-RECIPE_VERSION = 1
 STAGE_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
 IMPORT_PATH_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*([:.][A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*)$"
 
@@ -117,12 +115,7 @@ class SubjectsSpec(BaseModel):
     @field_validator("include", "exclude", mode="before")
     @classmethod
     def _ids_as_strings(cls, value: Any) -> Any:
-        if isinstance(value, (list, tuple)):
-            for item in value:
-                if not isinstance(item, (str, int)) or isinstance(item, bool):
-                    raise ValueError(f"subject ids must be strings, got {item!r}")
-            return tuple(str(v) for v in value)
-        return value
+        return ids_as_strings(value)
 
     @property
     def found(self) -> bool:
@@ -392,5 +385,3 @@ def _closest(word: str, choices: list[str]) -> str | None:
     match = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
     return match[0] if match else None
 
-
-STAGE_NAME_RE = re.compile(STAGE_NAME_PATTERN)

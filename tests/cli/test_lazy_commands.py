@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -40,6 +41,30 @@ def test_help_lists_every_command_without_importing_any() -> None:
         assert name in lazy
     assert not {f"habitrun.cli.{name}" for name in COMMANDS} & modules
     assert "pydantic" not in modules and "habitrun.spec.loader" not in modules
+
+
+# typer's own drawing of the listing (its rich_utils), for comparison with ours.
+TYPERS_LISTING = """
+import typer.main, typer.rich_utils
+from habitrun.cli.app import app
+group = typer.main.get_command(app)
+ctx = group.make_context("habitrun", [], resilient_parsing=True)
+group._listing = True  # the placeholders, as `habitrun --help` lists them
+typer.rich_utils.rich_format_help(obj=group, ctx=ctx, markup_mode="rich")
+"""
+
+
+def test_help_draws_the_listing_as_typer_does_without_its_help_module() -> None:
+    env = {**os.environ, "FORCE_COLOR": "1", "TERMINAL_WIDTH": "71"}  # colours and wrapping compared too
+    ours = subprocess.run([sys.executable, "-c", SCRIPT + "print('RICH_UTILS', 'typer.rich_utils' in sys.modules)",
+                           "lazy", "--help"], capture_output=True, text=True, timeout=60, check=False, env=env)
+    typers = subprocess.run([sys.executable, "-c", TYPERS_LISTING], capture_output=True, text=True,
+                            timeout=60, check=False, env=env)
+    assert typers.returncode == 0, typers.stderr
+    listing = ours.stdout.partition("MODULES")[0]
+    assert "\x1b[" in listing and "Commands" in listing
+    assert listing == typers.stdout + "\n"  # click echoes the (empty) help string after the drawing
+    assert "RICH_UTILS False" in ours.stdout
 
 
 def test_a_command_imports_its_own_module_only() -> None:

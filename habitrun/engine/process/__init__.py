@@ -3,8 +3,26 @@
 ``backend.py`` holds the dispatch loop; the other modules are its parts,
 one concern each (worker main loop, wire protocol, process start, memory
 watchdog, GPU pinning, thread caps, death classification).
+
+:class:`ProcessBackend` is imported on first use, not with the package: a
+worker (and the fork server that preloads it) imports
+``habitrun.engine.process.worker``, which needs none of the dispatch loop's
+imports (pydantic among them), and starts that much sooner.
 """
 
-from habitrun.engine.process.backend import ProcessBackend
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from habitrun.engine.process.backend import ProcessBackend
 
 __all__ = ["ProcessBackend"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "ProcessBackend":
+        from habitrun.engine.process.backend import ProcessBackend
+
+        return ProcessBackend
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -29,6 +29,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.context import ForkServerProcess, set_spawning_popen
 from multiprocessing.process import BaseProcess
 
+from habitrun.engine.process import early
 from habitrun.engine.process.beacon import Beacon
 from habitrun.engine.process.forkserver import PrivateForkServer
 from habitrun.engine.process.threads import thread_env
@@ -207,6 +208,10 @@ class Launcher:
     def _server(self, preload: tuple[str, ...], path: tuple[str, ...]) -> PrivateForkServer:
         """The server for these preloads, started (not necessarily ready) on first use."""
         server = self._servers.get(preload + path)
+        if server is None and not path:
+            server = early.adopt(preload, self.threads)  # booted by the CLI at its start, if it matches
+            if server is not None:
+                self._servers[preload] = server
         if server is None:
             server = PrivateForkServer()
             server.set_forkserver_preload(list(preload))
