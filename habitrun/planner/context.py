@@ -2,7 +2,7 @@
 
 Per stage: its code (:mod:`habitrun.planner.code`), its declared input files,
 the packages its code imports, its cache mode and the manifest columns it
-uses. Per subject: the text of its input files (:mod:`habitrun.planner.files`).
+uses. Per subject: the text of its input files (:mod:`habitrun.planner.subject_files`).
 From these, :meth:`KeyContext.parts` gives each map stage's subject parts and
 :meth:`KeyContext.fingerprint` the stage's fingerprint (see
 :mod:`habitrun.planner.keys` for how they make a key).
@@ -17,17 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 from habitrun.errors import RecipeError
 from habitrun.planner.code import CodeInfo, code_info
-from habitrun.planner.files import (
-    Digester,
-    SubjectFiles,
-    cell_paths,
-    file_columns,
-    scan_subjects,
-    stage_inputs,
-)
-from habitrun.planner.fingerprint import command_fingerprint
+from habitrun.planner.files import Digester, stage_inputs
+from habitrun.planner.fingerprint import command_fingerprint, legacy_fingerprint
 from habitrun.planner.keys import canonical_json, subject_parts, variant_parts
-from habitrun.spec.operators import operator_fingerprint
+from habitrun.planner.subject_files import SubjectFiles, cell_paths, file_columns, scan_subjects
+from habitrun.spec.policy import RunPolicy
 from habitrun.spec.recipe import StageSpec
 
 if TYPE_CHECKING:
@@ -132,16 +126,8 @@ class KeyContext:
             self.digester.save(store)
 
 
-def _legacy_fingerprint(stage: StageSpec, search_path: tuple[str, ...], root: Path) -> str:
-    """The code fingerprint habitrun used before issue 10 (module bytes, command argv and files)."""
-    if stage.operator is not None:
-        return operator_fingerprint(stage.operator, search_path)
-    if stage.entrypoint is not None:
-        return operator_fingerprint(stage.entrypoint, search_path)
-    return command_fingerprint(stage.command or (), root)
-
-
 def stage_code(stage: StageSpec, search_path: tuple[str, ...], root: Path) -> CodeInfo:
+    """A stage's code: its modules and packages (an operator or entrypoint), else a version or argv."""
     target = stage.operator or stage.entrypoint
     if target is not None:
         return code_info(target, search_path, code_version=stage.code_version)
@@ -164,16 +150,12 @@ def build_context(
     ``verify_only`` (validate): only check that every input file is there and readable; nothing
     is hashed, so the keys of that context are not the plan's."""
     recipe = loaded.recipe
-    search_path = tuple(loaded.search_path)
-    root = Path(loaded.root)
     columns = file_columns(loaded, subjects)
     policies = {s.name: recipe.stage_policy(s.name) for s in recipe.stages}
     modes = {name: p.cache for name, p in policies.items()}
-    needs_files = bool(columns) or any(s.inputs for s in recipe.stages)
-    digester = None
-    files = None
     problems: list[str] = []
-    if needs_files:
+    digester = files = None
+    if columns or any(s.inputs for s in recipe.stages):
         digester = Digester(
             None if verify_only else store,
             deep=any(m == "deep" for m in modes.values()),
@@ -186,47 +168,51 @@ def build_context(
                                       lenient=any(m == "lenient" for m in modes.values()))
             except RecipeError as exc:
                 problems.extend(exc.problems)
-    stages: dict[str, StageInputs] = {}
     present = set(subjects[0].fields) if subjects else set()
+    stages: dict[str, StageInputs] = {}
     for i, stage in enumerate(recipe.stages):
         for j, col in enumerate(stage.fields or ()):
             if col not in present:
                 problems.append(f"{loaded.locate(('stages', i, 'fields', j))}: column {col!r} is not in the manifest")
-        mode = modes[stage.name]
-        inputs: dict[str, str] = {}
-        if stage.inputs and digester is not None:
-            try:
-                inputs = stage_inputs(loaded, i, digester, lenient=mode == "lenient")
-            except RecipeError as exc:
-                problems.extend(exc.problems)
-        code = stage_code(stage, search_path, root)
-        in_key = policies[stage.name].rerun_on_package_change
-        pieces = [code.fingerprint]
-        if inputs:
-            pieces.append("inputs:" + canonical_json(inputs))
-        if in_key and code.packages:
-            pieces.append("packages:" + canonical_json(code.packages))
-        if stage.kind == "map":
-            cols = tuple(c for c in sorted(columns) if stage.fields is None or c in stage.fields)
-        else:
-            cols = ()
-        variant = None
-        if cols or stage.fields is not None:
-            variant = (stage.fields, cols, mode == "lenient")
-        legacy = None
-        if not verify_only and variant is None and not stage.inputs and stage.code_version is None \
-                and not (in_key and code.packages):
-            legacy = _legacy_fingerprint(stage, search_path, root)
-        stages[stage.name] = StageInputs(
-            stage=stage, code=code, fingerprint="\x00".join(pieces), inputs=inputs, mode=mode,
-            packages_in_key=in_key, file_cols=cols, variant=variant, legacy_fingerprint=legacy,
-        )
+        stages[stage.name] = _stage_inputs(loaded, i, columns, digester, policies[stage.name], problems,
+                                           verify_only=verify_only)
     if problems:
         raise RecipeError(problems)
     context = KeyContext(loaded, subjects, stages, files, digester)
     if save:
         context.save(store)
     return context
+
+
+def _stage_inputs(loaded: LoadedRecipe, index: int, columns: Mapping[str, bool], digester: Digester | None,
+                  policy: RunPolicy, problems: list[str], *, verify_only: bool) -> StageInputs:
+    """What one stage's keys depend on; a declared input that cannot be read goes to ``problems``."""
+    stage = loaded.recipe.stages[index]
+    mode = policy.cache
+    inputs: dict[str, str] = {}
+    if stage.inputs and digester is not None:
+        try:
+            inputs = stage_inputs(loaded, index, digester, lenient=mode == "lenient")
+        except RecipeError as exc:
+            problems.extend(exc.problems)
+    search_path, root = tuple(loaded.search_path), Path(loaded.root)
+    code = stage_code(stage, search_path, root)
+    in_key = policy.rerun_on_package_change
+    pieces = [code.fingerprint]
+    if inputs:
+        pieces.append("inputs:" + canonical_json(inputs))
+    if in_key and code.packages:
+        pieces.append("packages:" + canonical_json(code.packages))
+    cols = tuple(c for c in sorted(columns) if stage.fields is None or c in stage.fields) if stage.kind == "map" else ()
+    variant = (stage.fields, cols, mode == "lenient") if cols or stage.fields is not None else None
+    legacy = None
+    if not verify_only and variant is None and not stage.inputs and stage.code_version is None \
+            and not (in_key and code.packages):
+        legacy = legacy_fingerprint(stage, search_path, root)
+    return StageInputs(
+        stage=stage, code=code, fingerprint="\x00".join(pieces), inputs=inputs, mode=mode,
+        packages_in_key=in_key, file_cols=cols, variant=variant, legacy_fingerprint=legacy,
+    )
 
 
 def fingerprints(loaded: LoadedRecipe) -> dict[str, str]:

@@ -1,6 +1,6 @@
 """Why a key changed, in words: the components stored with the old record against today's.
 
-Each record keeps what went into its key (see ``plan._stage_components``):
+Each record keeps what went into its key (see :func:`habitrun.planner.components.stage_components`):
 the code of each study module, params, declared inputs, package versions,
 the manifest fields and input files of the subject, and the upstream keys.
 Comparing them names the cause: ``params.bins: 32 → 64``, ``code:
@@ -38,6 +38,21 @@ def _flat_diff(prefix: str, old: Any, new: Any, out: list[str]) -> None:
         out.append(f"{prefix}: {_show(old)} → {_show(new)}")
 
 
+def _changes(old: Mapping[Any, Any], new: Mapping[Any, Any], added: str, removed: str, changed: str,
+             prefix: str = "") -> list[str]:
+    """A line per key added, removed or changed, sorted by key: ``prefix`` and a template filled
+    with ``key`` and the values shown short, ``old`` and ``new``."""
+    out = []
+    for key in sorted(set(old) | set(new)):
+        if key not in old:
+            out.append(prefix + added.format(key=key, new=_show(new[key])))
+        elif key not in new:
+            out.append(prefix + removed.format(key=key, old=_show(old[key])))
+        elif old[key] != new[key]:
+            out.append(prefix + changed.format(key=key, old=_show(old[key]), new=_show(new[key])))
+    return out
+
+
 def _code(old: Any, new: Any) -> list[str]:
     if old == new:
         return []
@@ -46,14 +61,7 @@ def _code(old: Any, new: Any) -> list[str]:
             if old.get("code_version") != new.get("code_version"):
                 return [f"code_version: {old.get('code_version', '(automatic)')} → {new.get('code_version', '(automatic)')}"]
             return []
-        out = []
-        for path in sorted(set(old) | set(new)):
-            if path not in old:
-                out.append(f"code: {path} now imported")
-            elif path not in new:
-                out.append(f"code: {path} no longer imported")
-            elif old[path] != new[path]:
-                out.append(f"code: {path} changed")
+        out = _changes(old, new, "code: {key} now imported", "code: {key} no longer imported", "code: {key} changed")
         return out or ["operator code changed"]
     return ["operator code changed"]
 
@@ -84,13 +92,8 @@ def _files(old: Mapping[str, str], new: Mapping[str, str]) -> list[str]:
         if before and after and lenient != was_lenient:
             out.append(f"{col}: cache mode changed ({'lenient' if lenient else 'content'})")
             continue
-        for path in sorted(set(before) | set(after)):
-            if path not in before:
-                out.append(f"{col}: {path} added")
-            elif path not in after:
-                out.append(f"{col}: {path} removed")
-            elif before[path] != after[path]:
-                out.append(f"{col}: {path} {'size' if lenient else 'content'} changed")
+        out.extend(_changes(before, after, "{key} added", "{key} removed",
+                            "{key} size changed" if lenient else "{key} content changed", prefix=f"{col}: "))
         if not before.keys() | after.keys():
             out.append(f"{col}: files changed")
     return out
@@ -99,14 +102,7 @@ def _files(old: Mapping[str, str], new: Mapping[str, str]) -> list[str]:
 def _row(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     if set(new) < set(old) and len(old) - len(new) > 1 and all(old[c] == new[c] for c in new):
         return [f"manifest columns in the key now: {', '.join(sorted(new))}"]  # the stage lists its fields
-    changes = []
-    for col in sorted(set(old) | set(new)):
-        if col not in old:
-            changes.append(f"{col} added ({_show(new[col])})")
-        elif col not in new:
-            changes.append(f"{col} removed (was {_show(old[col])})")
-        elif old[col] != new[col]:
-            changes.append(f"{col} {_show(old[col])} → {_show(new[col])}")
+    changes = _changes(old, new, "{key} added ({new})", "{key} removed (was {old})", "{key} {old} → {new}")
     return ["manifest row changed: " + ", ".join(changes)] if changes else []
 
 
@@ -129,14 +125,8 @@ def explain(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
         else:
             reasons.append("params changed")
     if (old.get("inputs") or {}) != (new.get("inputs") or {}):
-        before, after = old.get("inputs") or {}, new.get("inputs") or {}
-        for path in sorted(set(before) | set(after)):
-            if path not in before:
-                reasons.append(f"input {path} added")
-            elif path not in after:
-                reasons.append(f"input {path} removed")
-            elif before[path] != after[path]:
-                reasons.append(f"input {path} changed")
+        reasons.extend(_changes(old.get("inputs") or {}, new.get("inputs") or {},
+                                "input {key} added", "input {key} removed", "input {key} changed"))
     if new.get("packages_key") and (old.get("packages") or {}) != (new.get("packages") or {}):
         reasons.extend(f"packages: {change}" for change in package_changes(old.get("packages") or {}, new["packages"]))
     subject: list[str] = []

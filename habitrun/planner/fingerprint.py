@@ -1,22 +1,19 @@
-"""Code fingerprints per stage: edit an operator's module and its stage's keys change.
+"""Code fingerprints of a train command, and the fingerprint keys had before issue 10.
 
-Nothing is imported: a map/collect operator or a train entrypoint is
-fingerprinted from its module's source; a train command from its argv plus
-the bytes of any argument that names a file under the recipe's root (the
-training script).
+Nothing is imported: a train command counts by its argv plus the bytes of any
+argument that names a file under the recipe's root (the training script). The
+fingerprint before issue 10 took an operator's (or entrypoint's) module bytes
+instead of its syntax tree (:mod:`habitrun.planner.code`): results stored under
+keys made with it are still found (see ``StageInputs.legacy_fingerprint``).
 """
 
 from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from habitrun.spec.operators import operator_fingerprint
 from habitrun.spec.recipe import StageSpec
-
-if TYPE_CHECKING:
-    from habitrun.spec.loader import LoadedRecipe
 
 
 def command_fingerprint(command: tuple[str, ...] | list[str], root: Path) -> str:
@@ -35,19 +32,11 @@ def command_fingerprint(command: tuple[str, ...] | list[str], root: Path) -> str
     return digest.hexdigest()
 
 
-def stage_fingerprint(stage: StageSpec, search_path: tuple[str, ...], root: Path) -> str:
-    """The code fingerprint of one stage."""
+def legacy_fingerprint(stage: StageSpec, search_path: tuple[str, ...], root: Path) -> str:
+    """The code fingerprint habitrun gave a stage before issue 10 (module bytes, command argv and files)."""
     if stage.operator is not None:
         return operator_fingerprint(stage.operator, search_path)
     if stage.entrypoint is not None:
         return operator_fingerprint(stage.entrypoint, search_path)
     return command_fingerprint(stage.command or (), root)
 
-
-def fingerprints(loaded: LoadedRecipe) -> dict[str, str]:
-    """stage name -> code fingerprint, for every stage of the recipe."""
-    search_path = tuple(loaded.search_path)
-    return {
-        stage.name: stage_fingerprint(stage, search_path, Path(loaded.root))
-        for stage in loaded.recipe.stages
-    }

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from operator import itemgetter
 from typing import Any
 
@@ -62,11 +62,17 @@ def stage_identity(stage: StageSpec, fingerprint: str) -> str:
     return short_digest(canonical_json(stage_definition(stage)) + "\x00" + fingerprint)
 
 
+def _part_digest(text: str, blake: Any = hashlib.blake2b, size: int = SUBJECT_BYTES) -> str:
+    """The hex digest of a subject part's text (the defaults bind blake2b once: it runs per subject)."""
+    try:
+        raw = text.encode()
+    except UnicodeEncodeError:  # a lone surrogate (a file name's undecodable bytes)
+        raw = text.encode("utf-8", "surrogatepass")
+    return blake(raw, digest_size=size).hexdigest()
+
+
 def _subject_part(subject_id: str, row_text: str) -> str:
-    return hashlib.blake2b(
-        f"{len(subject_id)}:{subject_id}\x00{row_text}".encode("utf-8", "surrogatepass"),
-        digest_size=SUBJECT_BYTES,
-    ).hexdigest()
+    return _part_digest(f"{len(subject_id)}:{subject_id}\x00{row_text}")
 
 
 def _row_text(fields: Mapping[str, Any], memo: list) -> str:
@@ -108,8 +114,7 @@ def subject_parts(subjects: Sequence[Any]) -> dict[str, str]:
     """
     memo: list = []
     out: dict[str, str] = {}
-    blake = hashlib.blake2b
-    size = SUBJECT_BYTES
+    digest = _part_digest
     for row in subjects:
         sid, fields = row.id, row.fields
         if memo and len(fields) == len(memo[0]) and len(memo[0]) > 1:
@@ -119,12 +124,7 @@ def subject_parts(subjects: Sequence[Any]) -> dict[str, str]:
                 text = _row_text(fields, memo)
         else:
             text = _row_text(fields, memo)
-        data = f"{len(sid)}:{sid}\x00{text}"
-        try:
-            raw = data.encode()
-        except UnicodeEncodeError:
-            raw = data.encode("utf-8", "surrogatepass")
-        out[sid] = blake(raw, digest_size=size).hexdigest()
+        out[sid] = digest(f"{len(sid)}:{sid}\x00{text}")
     return out
 
 
@@ -169,8 +169,7 @@ def variant_parts(
     """
     if fields is None and files is None:
         return subject_parts(subjects)
-    blake = hashlib.blake2b
-    size = SUBJECT_BYTES
+    digest = _part_digest
     out: dict[str, str] = {}
     cols = tuple(sorted(fields)) if fields is not None else None
     getter = itemgetter(*cols) if cols else None
@@ -199,12 +198,8 @@ def variant_parts(
             except KeyError:
                 values = tuple(row_fields.get(c) for c in cols) if len(cols) > 1 else row_fields.get(cols[0])
             text = head + (repr(values) if len(cols) > 1 else f"({values!r},)")
-        data = f"{len(sid)}:{sid}\x00{text}{tail}{files[sid]}" if files is not None else f"{len(sid)}:{sid}\x00{text}"
-        try:
-            raw = data.encode()
-        except UnicodeEncodeError:
-            raw = data.encode("utf-8", "surrogatepass")
-        out[sid] = blake(raw, digest_size=size).hexdigest()
+        out[sid] = digest(f"{len(sid)}:{sid}\x00{text}{tail}{files[sid]}" if files is not None
+                          else f"{len(sid)}:{sid}\x00{text}")
     return out
 
 
@@ -216,3 +211,40 @@ def combined_parts(own: Mapping[str, str], others: Sequence[Mapping[str, str]]) 
         sid: blake(",".join([part, *(o[sid] for o in others)]).encode(), digest_size=SUBJECT_BYTES).hexdigest()
         for sid, part in own.items()
     }
+
+
+class KeyMap(Mapping[str, str]):
+    """subject -> key of a map stage, ``<stage part>.<subject part>``, built on access.
+
+    A plan of 100,000 subjects x 3 stages would otherwise build 300,000 strings that the
+    engine mostly never reads (everything is done)."""
+
+    __slots__ = ("_head", "_parts")
+
+    def __init__(self, prefix: str, parts: Mapping[str, str]) -> None:
+        self._head = prefix + "."
+        self._parts = parts
+
+    @property
+    def parts(self) -> Mapping[str, str]:
+        """subject -> its subject part (what the keys share with other stages of one variant)."""
+        return self._parts
+
+    def __getitem__(self, sid: str) -> str:
+        return self._head + self._parts[sid]
+
+    def get(self, sid: str, default: Any = None) -> Any:
+        part = self._parts.get(sid)
+        return default if part is None else self._head + part
+
+    def __contains__(self, sid: object) -> bool:
+        return sid in self._parts
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._parts)
+
+    def __len__(self) -> int:
+        return len(self._parts)
+
+    def __repr__(self) -> str:
+        return f"KeyMap({self._head!r}, {len(self._parts)} subjects)"
