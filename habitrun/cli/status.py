@@ -29,7 +29,7 @@ from habitrun.cli.plan import (
     print_package_changes,
     store_notes,
 )
-from habitrun.cli.resume import check_run_home
+from habitrun.cli.runhome import check_run_home
 from habitrun.cli.text import esc
 from habitrun.cli.text import human as fmt
 from habitrun.errors import EXIT_FAILED_SUBJECTS, EXIT_OK, EXIT_USAGE, StoreError
