@@ -54,16 +54,18 @@ class Damage:
         return text
 
 
-def open_for_reading(db: Path) -> tuple[sqlite3.Connection, str | None]:
+def open_for_reading(db: Path, *, immutable: bool = False) -> tuple[sqlite3.Connection, str | None]:
     """A read-only connection to ``db``, and what is wrong with it if SQLite cannot read it as is.
 
     A truncated file (shorter than its header says) is refused by SQLite as a whole, even
     the pages that are there. Then the file is read into memory with its header made to
     match its length (no free-page list, no write-ahead log) so that what it still holds can
-    be read; the file itself is not touched.
+    be read; the file itself is not touched. ``immutable``: not even SQLite's read-only mode,
+    which makes -wal/-shm files beside a file whose header says write-ahead log (the guard
+    must not write a byte beside a file it may refuse).
     """
     try:
-        return _probe(db, "mode=ro"), None
+        return _probe(db, "immutable=1" if immutable else "mode=ro"), None
     except sqlite3.OperationalError as exc:
         # A store in a folder this user cannot write, without the write-ahead log's files:
         # SQLite cannot make them, and with no log no writer can be active, so the file

@@ -129,7 +129,7 @@ def _meta_of_damaged(db: Path) -> dict[str, str] | None:
     from habitrun.store.damage import open_for_reading  # the damage tools, only when needed
 
     try:
-        con, _ = open_for_reading(db)
+        con, _ = open_for_reading(db, immutable=not db.with_name(db.name + "-wal").exists())
     except (sqlite3.Error, OSError):
         return None
     try:

@@ -23,6 +23,17 @@ def corrupt_after_header(folder: Path) -> Path:
     return folder
 
 
+def corrupt_wal_header(folder: Path) -> Path:
+    # a damaged file whose header says write-ahead log (bytes 18 and 19 are 2): SQLite's read-only
+    # mode would make -wal and -shm files beside it
+    corrupt_after_header(folder)
+    db = folder / "cache.db"
+    data = bytearray(db.read_bytes())
+    data[18:20] = b"\x02\x02"
+    db.write_bytes(bytes(data))
+    return folder
+
+
 def random_bytes(folder: Path) -> Path:
     folder.mkdir()
     (folder / "cache.db").write_bytes(b"\x00\x01not a database at all" * 100)
@@ -59,6 +70,7 @@ def folder_of_other_files(folder: Path) -> Path:
 
 CASES = {
     "corrupt sqlite": (corrupt_after_header, "damaged"),
+    "corrupt sqlite, wal header": (corrupt_wal_header, "damaged"),
     "not sqlite": (random_bytes, "not an SQLite database"),
     "foreign diskcache": (foreign_diskcache, "diskcache that habitrun did not write"),
     "other sqlite": (other_sqlite, "SQLite database of something else"),
@@ -104,7 +116,7 @@ stages:
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("case", ["corrupt sqlite", "foreign diskcache", "plain file"])
+@pytest.mark.parametrize("case", ["corrupt sqlite", "corrupt sqlite, wal header", "foreign diskcache", "plain file"])
 def test_cli_plan_and_status_exit_2_and_leave_it(tmp_path: Path, case: str) -> None:
     (tmp_path / "recipe.yaml").write_text(RECIPE)
     (tmp_path / "subjects.csv").write_text("subject_id,x\nS1,1\nS2,2\n")
