@@ -19,7 +19,6 @@ import typer
 from rich.console import Console
 
 from habitrun.cli.progress import RunDisplay
-from habitrun.cli.report import write_run_report
 from habitrun.cli.summary import print_summary
 from habitrun.engine.runner import run_study
 from habitrun.errors import StoreWriteError
@@ -94,5 +93,8 @@ def execute(console: Console, loaded: LoadedRecipe, *, quiet: bool, recipe_arg: 
         raise exc.with_resume(resume) from None
     print_summary(console, summary, recipe_arg=recipe_arg, retry_command=retry)
     if report or loaded.recipe.policy.report:
+        # imported only when asked: it brings plan's display and the report's modules
+        from habitrun.cli.report import write_run_report
+
         write_run_report(console, loaded, summary.run)
     raise typer.Exit(summary.exit_code)

@@ -10,6 +10,7 @@ every run. Nothing is written to the store.
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Optional
 
@@ -43,9 +44,14 @@ def make_report(loaded: LoadedRecipe, run: RunFolder, output: Path | None = None
     return write_report(data, output or run.path / REPORT_NAME)
 
 
-def write_run_report(console: Console, loaded: LoadedRecipe, run: RunFolder) -> None:
+def write_run_report(console: Console, loaded: LoadedRecipe, run: RunFolder | None) -> None:
     """After a run: its report into its folder. A report that cannot be written is a warning:
-    the run's outcome and exit code stay what they were."""
+    the run's outcome and exit code stay what they were. A run with nothing to do made no
+    folder (``run`` is None): there is nothing new to report."""
+    if run is None:
+        console.print("no report: nothing ran, so this run made no folder; the latest run's report: "
+                      f"habitrun report {esc(shlex.quote(str(loaded.path)))}", highlight=False)
+        return
     try:
         path = make_report(loaded, run)
     except HabitrunError as exc:

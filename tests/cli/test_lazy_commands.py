@@ -94,3 +94,20 @@ def test_status_and_plan_import_neither_the_engine_nor_the_operator_check() -> N
         assert f"habitrun.cli.{command}" in modules
         assert not {m for m in modules if m.startswith("habitrun.engine")}, command
         assert not {"habitrun.spec.opcheck", "habitrun.cli.validate", "habitrun.cli.resume"} & modules, command
+
+
+def test_run_imports_the_report_only_when_asked(tmp_path: Path) -> None:
+    (tmp_path / "ops.py").write_text("def one(subject):\n    return 1\n")
+    (tmp_path / "subjects.csv").write_text("subject_id\ns1\ns2\n")
+    (tmp_path / "recipe.yaml").write_text(
+        "habitrun: 1\nname: lazy\nsubjects: {manifest: subjects.csv}\n"
+        "policy: {backend: serial, subject_timeout_sec: null}\nstages:\n  - {name: a, operator: 'ops:one'}\n")
+    recipe = str(tmp_path / "recipe.yaml")
+    out, modules = cli("run", recipe, "-q")
+    assert "success" in out
+    assert not {"habitrun.cli.report", "habitrun.cli.plan", "habitrun.cli.htmlreport"} & modules
+    out, modules = cli("run", recipe, "-q", "--report")  # nothing to run: no run folder to report on
+    assert "no report: nothing ran" in out and "Traceback" not in out
+    out, modules = cli("run", recipe, "-q", "--report", "--record-noop")
+    assert "report: " in out and "habitrun.cli.report" in modules
+    assert (Path(out.split("report: ")[1].split()[0])).is_file()
