@@ -44,7 +44,7 @@ def busy_plain(ms: float) -> int:
 
 
 def run_habitrun(n: int, ms: float, workers: int, mode: str = "persistent") -> float:
-    from habitrun.engine.backend import OperatorRef, SubjectTask
+    from habitrun.engine.contract import OperatorRef, SubjectTask
     from habitrun.engine.control import StopFlag
     from habitrun.engine.process import ProcessBackend
     from habitrun.spec.policy import RunPolicy

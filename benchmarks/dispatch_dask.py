@@ -27,7 +27,7 @@ from dispatch import busy_plain, row  # noqa: E402  (same operator and table as 
 
 
 def run_habitrun_dask(backend, n: int, ms: float, root: Path) -> float:
-    from habitrun.engine.backend import OperatorRef, SubjectTask
+    from habitrun.engine.contract import OperatorRef, SubjectTask
     from habitrun.engine.control import StopFlag
 
     try:

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from habitrun.engine.backend import FailureKind, OperatorRef, SubjectOutcome, SubjectTask
+from habitrun.engine.contract import FailureKind, OperatorRef, SubjectOutcome, SubjectTask
 from habitrun.engine.subject import Collection, Subject
 from habitrun.engine.usage import meter
 from habitrun.spec.operators import resolve_operator

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from habitrun.engine.backend import FailureKind
+from habitrun.engine.contract import FailureKind
 from habitrun.engine.control import StopFlag
 from habitrun.errors import WorkerStartError
 from tests.process.conftest import alive, op, run, wait_gone
@@ -120,7 +120,7 @@ def test_no_worker_can_start_is_a_run_level_error_and_no_subject_fails(make_back
 
 DYING_RUNNER = """
 import os, signal, socket, sys
-from habitrun.engine.backend import OperatorRef, SubjectTask
+from habitrun.engine.contract import OperatorRef, SubjectTask
 from habitrun.engine.control import StopFlag
 from habitrun.engine.process import ProcessBackend
 from habitrun.spec.policy import RunPolicy

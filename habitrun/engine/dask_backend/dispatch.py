@@ -39,7 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from habitrun.engine.backend import FailureKind, OperatorRef, ReportFn, SubjectOutcome, SubjectTask
+from habitrun.engine.contract import FailureKind, OperatorRef, ReportFn, SubjectOutcome, SubjectTask
 from habitrun.engine.control import StopFlag
 from habitrun.engine.dask_backend.cluster import ClusterHandle, DaskClusterError
 from habitrun.engine.dask_backend.state import SharedState

@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from habitrun.engine.backend import FailureKind, OperatorRef, SubjectOutcome, SubjectTask
+from habitrun.engine.contract import FailureKind, OperatorRef, SubjectOutcome, SubjectTask
 from habitrun.engine.invoke import BoundOperator, bind_operator, execute, one_line
 
 # Tokens of run_tasks calls the client has asked to stop (set through Client.run).

@@ -26,7 +26,7 @@ import pickle
 import struct
 from typing import Any
 
-from habitrun.engine.backend import SubjectTask
+from habitrun.engine.contract import SubjectTask
 
 BIND = "bind"
 RUN = "run"

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from habitrun.engine.backend import FailureKind, SubjectOutcome
+from habitrun.engine.contract import FailureKind, SubjectOutcome
 from habitrun.engine.invoke import (
     DEFAULT_LOG_MAX_BYTES,
     BoundOperator,

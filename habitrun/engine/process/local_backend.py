@@ -60,7 +60,7 @@ from collections.abc import Sequence
 from multiprocessing.connection import wait
 from typing import Any
 
-from habitrun.engine.backend import (
+from habitrun.engine.contract import (
     Backend,
     FailureKind,
     OperatorRef,
@@ -74,9 +74,9 @@ from habitrun.engine.process import protocol as P
 from habitrun.engine.process.beacon import Beacon
 from habitrun.engine.process.death import classify_exit
 from habitrun.engine.process.gpu import detect_gpus, device_for_slot
-from habitrun.engine.process.launch import Launcher
+from habitrun.engine.process.handle import WorkerHandle, signal_group
 from habitrun.engine.process.memory import MemoryWatchdog, kernel_oom_note
-from habitrun.engine.process.slots import Worker, signal_group
+from habitrun.engine.process.spawner import WorkerSpawner
 from habitrun.engine.process.worker import WorkerConfig
 from habitrun.errors import WorkerStartError
 from habitrun.spec.operators import split_import_path
@@ -118,9 +118,9 @@ class ProcessBackend(Backend):
         self._devices = detect_gpus() if policy.cap_workers_to_gpu_pool else []
         self._requested = policy.workers
         self._effective = min(policy.workers, len(self._devices)) if self._devices else policy.workers
-        self._launcher = Launcher(policy.start_method, policy.worker_threads)
+        self._launcher = WorkerSpawner(policy.start_method, policy.worker_threads)
         self._watchdog = MemoryWatchdog(policy.worker_memory_limit_mb, self._watchdog_kill)
-        self._workers: list[Worker] = []
+        self._workers: list[WorkerHandle] = []
         self._sel = selectors.DefaultSelector()  # every live worker's pipe and sentinel
         self._oom_events = 0
         self._closed = False
@@ -167,13 +167,13 @@ class ProcessBackend(Backend):
         return sum(1 for w in list(self._workers) if not w.dead and w.outstanding)
 
     # ------------------------------------------------------------ workers
-    def _live(self) -> list[Worker]:
+    def _live(self) -> list[WorkerHandle]:
         return [w for w in self._workers if not w.dead]
 
-    def _active(self) -> list[Worker]:
+    def _active(self) -> list[WorkerHandle]:
         return [w for w in self._workers if not w.dead and not w.leaving]
 
-    def _spawn(self, op: OperatorRef, module: str, now: float) -> Worker:
+    def _spawn(self, op: OperatorRef, module: str, now: float) -> WorkerHandle:
         used = {w.slot for w in self._active()}
         slot = next(i for i in range(len(used) + 1) if i not in used)
         config = WorkerConfig(
@@ -190,7 +190,7 @@ class ProcessBackend(Backend):
         close_fds = [w.conn.fileno() for w in self._workers if w.conn_open]
         beacon = Beacon()
         proc, conn = self._launcher.start(config, module, op.search_path, close_fds, beacon)
-        worker = Worker(slot, proc, conn, self._watchdog.watch(proc.pid), now, beacon)
+        worker = WorkerHandle(slot, proc, conn, self._watchdog.watch(proc.pid), now, beacon)
         worker.scratch_path = config.scratch_path
         self._workers.append(worker)
         self._sel.register(worker.fd, selectors.EVENT_READ, (worker, True))
@@ -201,7 +201,7 @@ class ProcessBackend(Backend):
     def _log_max_bytes(self) -> int:
         return int(self.policy.log_max_mb * (1 << 20))
 
-    def _write_death_log(self, worker: Worker) -> None:
+    def _write_death_log(self, worker: WorkerHandle) -> None:
         """The subject a dead or timed-out worker was running: what it printed, then what happened."""
         if worker.log_owed is None:
             return
@@ -246,13 +246,13 @@ class ProcessBackend(Backend):
         except (KeyError, ValueError):
             pass
 
-    def _close_conn(self, worker: Worker) -> None:
+    def _close_conn(self, worker: WorkerHandle) -> None:
         """No more replies will come: stop watching the pipe (an ended pipe is always 'ready')."""
         if worker.conn_open:
             worker.conn_open = False
             self._forget_fd(worker.fd)
 
-    def _bury(self, worker: Worker) -> None:
+    def _bury(self, worker: WorkerHandle) -> None:
         """The worker is gone: kill what it left in its group, release everything of it."""
         worker.dead = True
         signal_group(worker, signal.SIGKILL)  # through its pidfd: never a recycled PID's group
@@ -351,7 +351,7 @@ class _StageRun:
         self.unlearned = [0.0, 0]  # (sum, count) of durations not yet in mean_sec
 
     # -------------------------------------------------------------- outcomes
-    def finish(self, worker: Worker | None, task: SubjectTask, ok: bool, *, result: Any = None,
+    def finish(self, worker: WorkerHandle | None, task: SubjectTask, ok: bool, *, result: Any = None,
                error: str | None = None, kind: str | None = None, traceback: str | None = None,
                duration: float = 0.0, usage: tuple | None = None) -> None:
         # positional: keyword arguments cost more than the object, once per subject
@@ -385,7 +385,7 @@ class _StageRun:
         while self.queue:
             self.finish(None, self.queue.popleft(), False, error=error, kind=kind)
 
-    def give_back(self, worker: Worker) -> None:
+    def give_back(self, worker: WorkerHandle) -> None:
         """Runs sent to a worker that will not run them: send them again, or drop them when stopping."""
         rest = list(worker.outstanding)
         worker.outstanding.clear()
@@ -478,7 +478,7 @@ class _StageRun:
             w.leaving = True
             self.send(w, (P.RETIRE,))
 
-    def can_take(self, w: Worker) -> bool:
+    def can_take(self, w: WorkerHandle) -> bool:
         if w.leaving or not w.can_send or len(w.outstanding) >= self.depth:
             return False
         if self.b._isolated:
@@ -515,7 +515,7 @@ class _StageRun:
             started = True
         return started
 
-    def bind(self, w: Worker, now: float) -> None:
+    def bind(self, w: WorkerHandle, now: float) -> None:
         w.op = self.op
         w.binding = True
         timeout = self.policy.subject_spawn_timeout_sec
@@ -557,7 +557,7 @@ class _StageRun:
             if frames:
                 self.write(w, frames[0] if len(frames) == 1 else b"".join(frames))
 
-    def write(self, w: Worker, data: bytes) -> bool:
+    def write(self, w: WorkerHandle, data: bytes) -> bool:
         try:
             P.write_all(w.fd, data)
             return True
@@ -565,10 +565,10 @@ class _StageRun:
             w.can_send = False
             return False
 
-    def send(self, w: Worker, message: tuple[Any, ...]) -> bool:
+    def send(self, w: WorkerHandle, message: tuple[Any, ...]) -> bool:
         return self.send_bytes(w, P.dumps(message))
 
-    def send_bytes(self, w: Worker, data: bytes) -> bool:
+    def send_bytes(self, w: WorkerHandle, data: bytes) -> bool:
         if not w.can_send:
             return False
         try:
@@ -605,7 +605,7 @@ class _StageRun:
         timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
         events = self.b._sel.select(timeout)
         now = time.monotonic()
-        ended: list[Worker] = []
+        ended: list[WorkerHandle] = []
         for key, _ in events:
             if key.data is None:
                 try:
@@ -624,7 +624,7 @@ class _StageRun:
                 self.on_death(w, now)
         self.on_deadlines(now)
 
-    def read(self, w: Worker, now: float) -> bool:
+    def read(self, w: WorkerHandle, now: float) -> bool:
         """Handle every reply one read brings; False once the pipe has ended."""
         try:
             frames = w.frames.read(w.fd)
@@ -646,7 +646,7 @@ class _StageRun:
             self.on_message(w, message, now)
         return True
 
-    def drain(self, w: Worker, now: float) -> None:
+    def drain(self, w: WorkerHandle, now: float) -> None:
         """Read what a dead worker sent before dying, without waiting for more."""
         poller = select.poll()
         poller.register(w.fd, select.POLLIN)
@@ -654,7 +654,7 @@ class _StageRun:
             if not self.read(w, now):
                 return
 
-    def on_message(self, w: Worker, msg: tuple[Any, ...], now: float) -> None:
+    def on_message(self, w: WorkerHandle, msg: tuple[Any, ...], now: float) -> None:
         tag = msg[0]
         if tag == P.BOUND:
             w.binding, w.bind_deadline = False, None
@@ -696,7 +696,7 @@ class _StageRun:
                 w.leaving = True
                 self.send(w, (P.RETIRE,))
 
-    def on_death(self, w: Worker, now: float) -> None:
+    def on_death(self, w: WorkerHandle, now: float) -> None:
         if w.conn_open:
             self.drain(w, now)
         exitcode = w.proc.exitcode
@@ -756,7 +756,7 @@ class _StageRun:
                     self.give_back(w)
                     w.terminate(now, KILL_AFTER_STOP_SEC)
 
-    def start_timed_out(self, w: Worker, now: float, budget: float) -> None:
+    def start_timed_out(self, w: WorkerHandle, now: float, budget: float) -> None:
         error = (f"worker did not start and bind operator {self.op.path!r} within "
                  f"subject_spawn_timeout_sec of {budget:g} s")
         if w.outstanding:

@@ -8,7 +8,7 @@ from collections import deque
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 
-from habitrun.engine.backend import OperatorRef, SubjectTask
+from habitrun.engine.contract import OperatorRef, SubjectTask
 from habitrun.engine.process.beacon import Beacon
 from habitrun.engine.process.memory import Watched
 from habitrun.engine.process.protocol import TERMINATE, FrameReader, dumps, frame, write_all
@@ -17,7 +17,7 @@ from habitrun.launcher import signalling as launcher_signalling
 HAVE_PIDFD = hasattr(os, "pidfd_open")
 
 
-def signal_group(worker: Worker, sig: int) -> None:
+def signal_group(worker: WorkerHandle, sig: int) -> None:
     """Signal the worker's process group (it and everything its subject started).
 
     Only through the worker's pidfd, so a recycled PID is never hit (see
@@ -29,7 +29,7 @@ def signal_group(worker: Worker, sig: int) -> None:
     launcher_signalling.signal_group(worker.pid, sig, worker.pidfd)
 
 
-class Worker:
+class WorkerHandle:
     """One worker: its process, pipe, what it owes us and why it may be ending.
 
     ``outstanding`` holds the runs sent and not yet answered, oldest first
