@@ -147,10 +147,6 @@ class ClusterHandle:
         self._pending: list[concurrent.futures.Future[Any]] = []
         self._children_before: set[int] = set()
 
-    @property
-    def started_here(self) -> bool:
-        return self.cluster is not None
-
     def start(self) -> Any:
         """Start or connect once; every failure is a DaskClusterError saying what to check."""
         if self.client is not None:
