@@ -23,8 +23,8 @@ from rich.console import Console
 from rich.table import Table
 
 from habitrun.cli.app import app, err_console
+from habitrun.cli.subjects_text import subjects_lines
 from habitrun.cli.text import esc
-from habitrun.cli.validate import subjects_lines
 from habitrun.errors import EXIT_USAGE
 from habitrun.planner.plan import Plan, StagePlan, SubjectStatus, plan_study
 from habitrun.spec.loader import LoadedRecipe, load_recipe

@@ -19,10 +19,11 @@ from rich.console import Console
 from habitrun.cli.app import app
 from habitrun.cli.execute import Selection, execute, load_selected, retry_command
 from habitrun.cli.options import Chosen, run_options
+from habitrun.cli.runhome import check_run_home, same_folder
 from habitrun.cli.text import esc
 from habitrun.errors import HabitrunError, RecipeError, StoreError
 from habitrun.spec.loader import LoadedRecipe, load_recipe
-from habitrun.store.runs import RUNS, RunFolder, latest_run
+from habitrun.store.runs import RunFolder, latest_run
 
 DEFAULT_RECIPE = Path("recipe.yaml")
 
@@ -51,26 +52,6 @@ def find_run(target: Path | None) -> tuple[RunFolder | None, Path, Path]:
                           f"or a run folder (.habitrun/runs/<run>)")
     loaded = load_recipe(target)
     return latest_run(loaded.run_root()), target.resolve(), loaded.root
-
-
-def check_run_home(run: RunFolder, loaded: LoadedRecipe, *, named: Path) -> None:
-    """Refuse a run folder that is not where ``loaded`` keeps its runs (copied or moved):
-    replaying it would read and write another study's store."""
-    home = loaded.run_root() / RUNS
-    if _same_folder(run.path.parent, home):
-        return
-    raise StoreError(
-        f"{named} is not in the runs folder of the study it belongs to ({home}): the run folder, or its "
-        f"study, was copied or moved, and resuming it would write to {loaded.run_root()}. To resume the "
-        "study that holds it, name that study's recipe: habitrun resume <study folder>/recipe.yaml"
-    )
-
-
-def _same_folder(a: Path, b: Path) -> bool:
-    try:
-        return a.resolve() == b.resolve() or a.samefile(b)
-    except OSError:
-        return False
 
 
 def stored_recipe(run: RunFolder, root: Path) -> LoadedRecipe:
@@ -137,7 +118,7 @@ def resume(
     assert loaded is not None
     check_run_home(previous, loaded, named=target or DEFAULT_RECIPE)
     made_in = previous.source.get("root")
-    if made_in and not _same_folder(Path(made_in), root):
+    if made_in and not same_folder(Path(made_in), root):
         console.print(f"note: run {esc(previous.run_id)} was made in {esc(made_in)}; resuming it here, in "
                       f"{esc(root)}, on this folder's store", highlight=False)
     loaded = with_selection(loaded, selection, stored=not use_current)

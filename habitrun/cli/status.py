@@ -29,10 +29,11 @@ from habitrun.cli.plan import (
     print_package_changes,
     store_notes,
 )
-from habitrun.cli.resume import check_run_home
+from habitrun.cli.runhome import check_run_home
 from habitrun.cli.text import esc
 from habitrun.cli.text import human as fmt
 from habitrun.errors import EXIT_FAILED_SUBJECTS, EXIT_OK, EXIT_USAGE, StoreError
+from habitrun.planner.decision import Reason
 from habitrun.planner.plan import Plan, SubjectStatus, plan_study
 from habitrun.spec.loader import LoadedRecipe, load_recipe
 from habitrun.spec.subjects import load_subjects
@@ -99,12 +100,15 @@ def resume_command(target: Path) -> str:
     return f"habitrun resume {shlex.quote(str(target))}"
 
 
+UNREADABLE_PREFIX = Reason.RESULT_UNREADABLE.text(why="")
+
+
 def unreadable(plan: Plan) -> list[dict[str, str]]:
     """Subjects whose stored result failed its check (they are stale: the next run recomputes them)."""
     out = []
     for stage in plan:
         for sid, why in stage.reasons.items():
-            if stage.status.get(sid) is SubjectStatus.STALE and why and why[0].startswith("stored result unreadable"):
+            if stage.status.get(sid) is SubjectStatus.STALE and why and why[0].startswith(UNREADABLE_PREFIX):
                 out.append({"stage": stage.name, "subject": sid, "reason": why[0]})
     return out
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import typer
 
 from habitrun.cli.app import app
+from habitrun.cli.subjects_text import subjects_lines
 from habitrun.errors import RecipeError
 from habitrun.planner.context import build_context
 from habitrun.spec.loader import LoadedRecipe, load_recipe
@@ -35,29 +36,6 @@ def _policy_summary(policy: RunPolicy) -> str:
         if value != defaults[key]:
             shown[key] = value
     return " ".join(f"{k}={v}" for k, v in shown.items())
-
-
-def subjects_lines(loaded: LoadedRecipe, rows: list[SubjectRow]) -> list[str]:
-    """How many subjects, from where; for subjects found on disk also how many are incomplete and why."""
-    spec = loaded.recipe.subjects
-    report = getattr(rows, "discovery", None)
-    if report is None:
-        return [f"{len(rows)} from {spec.manifest} (id column {spec.id!r})"]
-    ident = "id sub-<label>[_ses-<label>]" if spec.bids is not None else f"id field {spec.id!r}"
-    lines = [f"{len(rows)} to run of {report.found} found by {report.source} "
-             f"({report.files} files; {ident}; file columns {', '.join(report.file_columns)})"]
-    if report.incomplete:
-        lines.append(report.incomplete_text())
-    if report.manifest is not None:
-        note = f"joined {report.manifest}"
-        if report.without_manifest_row:
-            few = ", ".join(report.without_manifest_row[:5])
-            more = " ..." if len(report.without_manifest_row) > 5 else ""
-            note += f"; {len(report.without_manifest_row)} found subject(s) without a row there: {few}{more}"
-        if report.manifest_rows_without_files:
-            note += f"; {report.manifest_rows_without_files} of its rows have no files"
-        lines.append(note)
-    return lines
 
 
 def summary(loaded: LoadedRecipe, rows: list[SubjectRow]) -> str:

@@ -99,8 +99,7 @@ class _FdScratch:
         os.dup2(self.fd, 1)
         os.dup2(self.fd, 2)
         for name, fd in (("stdout", 1), ("stderr", 2)):
-            stream = getattr(sys, name)
-            if stream is None or getattr(stream, "closed", False):
+            if not _writes_to(getattr(sys, name), fd):
                 setattr(sys, name, open(fd, "w", closefd=False, errors="backslashreplace"))  # noqa: SIM115
 
     def mark(self) -> int:
@@ -125,6 +124,18 @@ class _FdScratch:
             output = b""
         self.read_to = end
         return output
+
+
+def _writes_to(stream: Any, fd: int) -> bool:
+    """Whether ``stream`` is open and writes to ``fd``. A fork worker inherits the runner's
+    Python-level stream, which in a notebook, an embedding program or under a redirect is not
+    fd 1: print() would then bypass the fds a subject's log is read from."""
+    if stream is None or getattr(stream, "closed", False):
+        return False
+    try:
+        return stream.fileno() == fd
+    except (OSError, ValueError, AttributeError):  # io.UnsupportedOperation is both
+        return False
 
 
 def read_capped(fd: int, start: int, end: int, limit: int) -> bytes:

@@ -17,6 +17,7 @@ from habitrun.engine.map_stage import run_on_backend
 from habitrun.engine.run_summary import StageCounts
 from habitrun.engine.train_stage import run_train
 from habitrun.errors import StoreError
+from habitrun.planner.decision import Reason
 from habitrun.planner.plan import GROUP_SUBJECT, StagePlan, SubjectStatus
 from habitrun.spec.recipe import StageSpec
 from habitrun.store.checkpoint import UnreadableResults
@@ -104,7 +105,7 @@ def _recompute(runner: StudyRunner, name: str, exc: UnreadableResults) -> None:
         runner.events.emit(RunWarning(message=message))
         for sid in sids:
             plan.status[sid] = SubjectStatus.STALE
-            plan.reasons[sid] = [f"stored result unreadable: {why}"]
+            plan.reasons[sid] = [Reason.RESULT_UNREADABLE.text(why=why)]
         counts = runner.counts.setdefault(name, StageCounts(total=len(plan.keys)))
         counts.cached = max(0, counts.cached - len(sids))
         _run_subjects(runner, runner.recipe.stage(name), plan, sids, counts)

@@ -28,15 +28,14 @@ class SubjectStatus(str, Enum):
 
 
 class Stored(Enum):
-    """What the store holds for a subject of a stage, under (or instead of) its current key."""
+    """What the store holds for a subject of a stage, under (or instead of) its current key.
+
+    A result stored under the key an older habitrun gave the same inputs counts as stored under
+    the current key (`run` moves it there): DONE or FAILED as it was recorded."""
 
     DONE = "done"  # a success under the current key
     UNREADABLE = "unreadable"  # a success under the current key whose result fails its check
     FAILED = "failed"  # a failure under the current key
-    # A failure stored under the key an older habitrun gave the same inputs, that `run` moves to
-    # today's key (planner.judge). Like every result found there it counts as done (as the
-    # planner has always had it).
-    ADOPTED_FAILURE = "adopted failure"
     OTHER_KEY = "other key"  # nothing under the current key; its newest record has another key
     LOST = "lost"  # nothing under the current key; its record was in a damaged part of the store file
     NOTHING = "nothing"
@@ -74,7 +73,6 @@ TABLE: tuple[tuple[Stored | None, bool | None, bool | None, bool | None, Decisio
     (Stored.OTHER_KEY, ANY, ANY, ANY, Decision(SubjectStatus.STALE, Reason.KEY_CHANGED)),
     (Stored.LOST, ANY, ANY, ANY, Decision(SubjectStatus.STALE, Reason.RECORD_LOST)),
     (Stored.NOTHING, ANY, ANY, ANY, Decision(SubjectStatus.PENDING, None)),
-    (Stored.ADOPTED_FAILURE, ANY, ANY, ANY, Decision(SubjectStatus.DONE, None)),  # only found with resume on
     # from here on something is stored under the current key
     (ANY, ANY, False, ANY, Decision(SubjectStatus.FORCED, Reason.RESUME_OFF)),
     (ANY, True, True, ANY, Decision(SubjectStatus.FORCED, Reason.FORCE_LISTED)),

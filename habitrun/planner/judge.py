@@ -35,8 +35,8 @@ def judge(
     looked up.
 
     A subject not stored under its key may be stored under the key an older habitrun gave
-    the same inputs (``plan.legacy_prefix``): it counts as stored, and is listed in
-    ``plan.adopted`` for `run` to move to today's key.
+    the same inputs (``plan.legacy_prefix``): it counts as stored there (a success as done, a
+    failure as failed), and is listed in ``plan.adopted`` for `run` to move to today's key.
     """
     groups, details = _stored(plan, candidates, probe, store, prefix)
     _apply(plan, candidates, groups, details, forced)
@@ -92,9 +92,7 @@ def _stored(plan: StagePlan, candidates: list[str], probe: Mapping[str, str], st
     groups: dict[Stored, list[str]] = {}
     if not_done and store is not None and plan.legacy_prefix is not None and plan.policy.resume:
         done, failed = _adopt(plan, not_done, probe, store, done, failed)
-        if plan.adopted:
-            groups[Stored.ADOPTED_FAILURE] = [sid for sid in plan.adopted if probe[sid] not in done]
-            not_done = [sid for sid in not_done if sid not in plan.adopted]
+        not_done = [sid for sid in not_done if probe[sid] not in done]  # an adopted failure stays failed
     details: dict[str, Any] = {}
     bad = store.unreadable(plan.name, prefix) if store is not None else {}
     if bad:

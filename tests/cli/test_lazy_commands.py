@@ -86,3 +86,11 @@ def test_listed_help_is_each_commands_docstring() -> None:
     assert set(docs) == set(COMMANDS)  # registration order depends on what the session imported first
     for name, summary in COMMANDS.items():
         assert docs[name].split("\n\n")[0].replace("\n", " ") == summary, name
+
+
+def test_status_and_plan_import_neither_the_engine_nor_the_operator_check() -> None:
+    for command in ("status", "plan"):
+        _, modules = cli(command, str(DEMO))
+        assert f"habitrun.cli.{command}" in modules
+        assert not {m for m in modules if m.startswith("habitrun.engine")}, command
+        assert not {"habitrun.spec.opcheck", "habitrun.cli.validate", "habitrun.cli.resume"} & modules, command

@@ -23,7 +23,6 @@ ROWS = [
     pytest.param(Stored.OTHER_KEY, True, False, True, S.STALE, Reason.KEY_CHANGED, id="stored-under-another-key"),
     pytest.param(Stored.LOST, True, True, False, S.STALE, Reason.RECORD_LOST, id="record-lost-in-damaged-store"),
     pytest.param(Stored.NOTHING, True, False, True, S.PENDING, None, id="nothing-stored"),
-    pytest.param(Stored.ADOPTED_FAILURE, False, True, False, S.DONE, None, id="failure-under-older-key"),
     pytest.param(Stored.FAILED, False, False, False, S.FORCED, Reason.RESUME_OFF, id="resume-off"),
     pytest.param(Stored.UNREADABLE, True, True, False, S.FORCED, Reason.FORCE_LISTED, id="force-listed"),
     pytest.param(Stored.DONE, False, True, True, S.DONE, None, id="done"),

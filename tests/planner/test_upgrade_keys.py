@@ -76,3 +76,29 @@ def test_after_the_upgrade_a_helper_edit_is_found_with_its_reason(study: Path) -
     assert by_stage["load"]["subjects"]["s1"]["reasons"] == ["code: study_ops/util.py changed"]
     done = habitrun(study, "run", "recipe.yaml")
     assert "[scale] finished: 3 done, 0 cached" in done.stdout and "[table] finished: 1 done, 0 cached" in done.stdout
+
+
+def test_a_failure_under_the_older_key_stays_a_failure_and_is_retried_on_request(study: Path) -> None:
+    # the older release recorded load s2 as failed: it is not done (a downstream stage would read a
+    # result that is not there), its dependants are blocked, and --retry-failed runs it
+    con = sqlite3.connect(study / "state" / "store" / "cache.db")
+    with con:
+        con.execute("UPDATE habitrun_record SET ok = 0, error = 'ValueError: broken', kind = 'exception',"
+                    " value = NULL WHERE stage = 'load' AND subject_id = 's2'")
+    con.close()
+    plan = json.loads(habitrun(study, "plan", "recipe.yaml", "--json").stdout)
+    by_stage = {s["name"]: s for s in plan["stages"]}
+    assert by_stage["load"]["subjects"]["s2"]["status"] == "failed"
+    assert by_stage["load"]["counts"]["done"] == 2
+    assert by_stage["scale"]["subjects"]["s2"]["status"] == "blocked"
+    assert by_stage["scale"]["subjects"]["s2"]["reasons"] == ["upstream 'load' failed"]
+
+    kept = habitrun(study, "run", "recipe.yaml")
+    assert kept.returncode == 1, kept.stdout + kept.stderr
+    assert "load s2: recorded failure: exception: ValueError: broken" in kept.stdout
+    assert 'table: {"s1": 3, "s3": 9}' in kept.stdout
+
+    retried = habitrun(study, "run", "recipe.yaml", "--retry-failed")
+    assert retried.returncode == 0, retried.stdout + retried.stderr
+    assert "[load] finished: 1 done, 2 cached, 0 failed" in retried.stdout
+    assert 'table: {"s1": 3, "s2": 6, "s3": 9}' in retried.stdout

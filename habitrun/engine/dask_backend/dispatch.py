@@ -58,6 +58,7 @@ class _Batch:
     future: Any
     worker: str | None = None  # from the "started" marker
     nanny: str | None = None  # the worker's nanny, from the "started" marker
+    pid: int | None = None  # the worker process's pid, from the "started" marker
     running: int | None = None  # position announced running and not yet done
     streamed: dict[int, WireOutcome] = field(default_factory=dict)  # outcomes that came with "done" markers
     result: dict[str, Any] | None = None  # the batch's "E" event
@@ -196,6 +197,7 @@ class StageDispatch:
         kind = msg.get("m")
         if kind == "B":
             batch.nanny = msg.get("n")
+            batch.pid = msg.get("p")
         if kind == "R":
             if "o" in msg:  # the batch's earlier, fast subjects: finished, now safe from a later death
                 wires = pickle.loads(msg["o"])
@@ -288,7 +290,7 @@ class StageDispatch:
         if victim is not None and victim >= 0 and self._host_ended(batch, batch.indices[victim]):
             victim = None  # its job was cancelled or pre-empted (or its host lost): not the subject's doing
         if victim is not None and victim >= 0 and batch.indices[victim] not in self.reported:
-            self._charge(batch.indices[victim], address)
+            self._charge(batch.indices[victim], address, batch.pid)
         if self.stopping_deadline is not None:
             return
         rest = [i for i in batch.indices if i not in self.reported]
@@ -313,7 +315,7 @@ class StageDispatch:
         self.shared.host_losses[key] = self.shared.host_losses.get(key, 0) + 1
         return self.shared.host_losses[key] <= MAX_HOST_LOSSES
 
-    def _charge(self, index: int, address: str) -> None:
+    def _charge(self, index: int, address: str, pid: int | None) -> None:
         """The subject that was running when ``address`` died: out of memory if its nanny said so."""
         task = self.tasks[index]
         oom = self.shared.oom_kill(address, wait=1.0 if self.policy.worker_memory_limit_mb or
@@ -323,9 +325,10 @@ class StageDispatch:
                      "past its limit (worker_memory_limit_mb), and its nanny killed it")
             kind = FailureKind.OOM
         else:
-            error = f"the Dask worker {address} running this subject died (killed or crashed)"
+            where = f"{address} (pid {pid})" if pid is not None else address
+            error = f"the Dask worker {where} running this subject died (killed or crashed)"
             kind = FailureKind.WORKER_DIED
-        self._deliver([(index, SubjectOutcome(task=task, ok=False, error=error, kind=kind))])
+        self._deliver([(index, SubjectOutcome(task=task, ok=False, error=error, kind=kind, worker_pid=pid))])
 
     def _emit(self, batch: _Batch, wires: list[WireOutcome]) -> None:
         pairs = []

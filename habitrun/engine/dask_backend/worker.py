@@ -169,7 +169,7 @@ def run_batch(op: OperatorRef, tasks: Sequence[SubjectTask], ctx: BatchContext) 
         restart: str | None = None
         if runner.retiring is None and ctx.token not in _STOPPED:
             # the client knows this batch started (and under which nanny) before its first subject does
-            _mark(worker, ctx, {"m": "B", "n": worker.nanny})
+            _mark(worker, ctx, {"m": "B", "n": worker.nanny, "p": os.getpid()})
         unsent: list[WireOutcome] = []  # fast outcomes not yet sent: they ride along with the next "R"
         for i, task in enumerate(tasks):
             if runner.retiring is not None or ctx.token in _STOPPED or _cancelled(worker):
