@@ -57,6 +57,11 @@ def run_message(task: SubjectTask) -> tuple[Any, ...]:
     return (RUN, (task.key, task.subject_id, task.fields, task.inputs, task.workdir, task.log_path, task.attempt))
 
 
+def run_frame(task: SubjectTask) -> bytes:
+    """:func:`run_message`, pickled and framed, ready to write (raises what pickling raises)."""
+    return frame(pickle.dumps(run_message(task), protocol=PROTOCOL))
+
+
 def task_from(t: tuple[Any, ...]) -> SubjectTask:
     """The task a RUN message carries (its second element)."""
     key, subject_id, fields, inputs, workdir, log_path, attempt = t

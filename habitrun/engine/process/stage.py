@@ -209,14 +209,14 @@ class StageRun:
             while queue and len(frames) < room:
                 task = queue.popleft()
                 try:
-                    data = P.dumps(P.run_message(task))
+                    data = P.run_frame(task)
                 except BaseException as exc:  # noqa: BLE001 - an unpicklable task fails alone
                     book.fail(None, task, FailureKind.UNPICKLABLE, f"task is not picklable: {one_line(exc)}")
                     continue
                 if not w.outstanding:
                     w.head_since = now
                 w.outstanding.append(task)
-                frames.append(P.frame(data))
+                frames.append(data)
             if frames:
                 w.write(frames[0] if len(frames) == 1 else b"".join(frames))
 
@@ -275,8 +275,20 @@ class StageRun:
     def on_message(self, w: WorkerHandle, msg: tuple[Any, ...], now: float) -> None:
         tag = msg[0]
         if tag == P.DONE:
-            if w.outstanding:
-                self.on_done(w, msg, now)
+            if not w.outstanding:
+                return
+            w.replies += 1
+            outcome = P.read_done(msg, w.outstanding.popleft(), w.pid)
+            self.book.record(w, outcome)
+            w.head_since = now
+            if outcome.ok:
+                w.successes += 1
+                w.consecutive_failures = 0
+            else:
+                w.consecutive_failures += 1
+            if self.mode.after_done(w, outcome.ok):
+                w.retire()
+                w.send((P.RETIRE,))
         elif tag == P.BOUND:
             w.bound()
             w.head_since = now
@@ -293,17 +305,3 @@ class StageRun:
             task = w.outstanding.popleft()
             if not self.book.stopping:
                 self.book.queue.appendleft(task)
-
-    def on_done(self, w: WorkerHandle, msg: tuple[Any, ...], now: float) -> None:
-        w.replies += 1
-        outcome = P.read_done(msg, w.outstanding.popleft(), w.pid)
-        self.book.record(w, outcome)
-        w.head_since = now
-        if outcome.ok:
-            w.successes += 1
-            w.consecutive_failures = 0
-        else:
-            w.consecutive_failures += 1
-        if self.mode.after_done(w, outcome.ok):
-            w.retire()
-            w.send((P.RETIRE,))
