@@ -30,11 +30,7 @@ class Endings:
 
     def __init__(self, pool: WorkerPool, book: StageBook, policy: RunPolicy, stop: StopFlag,
                  op: OperatorRef) -> None:
-        self.pool = pool
-        self.book = book
-        self.policy = policy
-        self.stop = stop
-        self.op = op
+        self.pool, self.book, self.policy, self.stop, self.op = pool, book, policy, stop, op
         self.grace_until: float | None = None  # a graceful stop's end: then whatever runs is stopped
         self.start_fail_streak = 0  # workers in a row that did not bind in time
 

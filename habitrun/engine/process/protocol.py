@@ -26,7 +26,7 @@ import pickle
 import struct
 from typing import Any
 
-from habitrun.engine.contract import SubjectOutcome, SubjectTask
+from habitrun.engine.contract import OperatorRef, SubjectOutcome, SubjectTask
 
 BIND = "bind"
 RUN = "run"
@@ -50,6 +50,20 @@ def dumps(message: tuple[Any, ...]) -> bytes:
 
 def loads(data: bytes | memoryview) -> tuple[Any, ...]:
     return pickle.loads(data)
+
+
+def bind_message(op: OperatorRef) -> tuple[Any, ...]:
+    """Bind this stage's operator (answered by BOUND or BIND_ERROR)."""
+    return (BIND, op)
+
+
+def bind_error_message(error: str, traceback: str) -> tuple[Any, ...]:
+    return (BIND_ERROR, error, traceback)
+
+
+def read_bind_error(message: tuple[Any, ...]) -> str:
+    """Why a worker could not bind the operator, in one line."""
+    return message[1]
 
 
 def run_message(task: SubjectTask) -> tuple[Any, ...]:

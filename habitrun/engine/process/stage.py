@@ -74,7 +74,7 @@ class StageRun:
     # -------------------------------------------------------------- loop
     def run(self) -> None:
         try:
-            self.bind_data = P.dumps((P.BIND, self.op))
+            self.bind_data = P.dumps(P.bind_message(self.op))
         except BaseException:  # noqa: BLE001 - fail the stage's tasks before any process starts
             self.book.fail_queue(_unpicklable_param(self.op), FailureKind.UNPICKLABLE)
             self.flush()
@@ -187,7 +187,7 @@ class StageRun:
         w.op = self.op
         timeout = self.policy.subject_spawn_timeout_sec
         w.bind_until = now + timeout if timeout is not None else math.inf
-        w.send_bytes(self.bind_data or P.dumps((P.BIND, self.op)))
+        w.send_bytes(self.bind_data or P.dumps(P.bind_message(self.op)))
 
     def fill(self, now: float) -> None:
         book = self.book
@@ -299,7 +299,7 @@ class StageRun:
             w.bound()
             w.head_since = now
             if not self.book.stopping:
-                self.book.fail_queue(f"cannot bind operator: {msg[1]}", FailureKind.EXCEPTION)
+                self.book.fail_queue(f"cannot bind operator: {P.read_bind_error(msg)}", FailureKind.EXCEPTION)
         elif tag == P.SKIPPED and w.outstanding:
             w.replies += 1
             task = w.outstanding.popleft()

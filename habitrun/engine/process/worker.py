@@ -167,7 +167,7 @@ def _bind(op: Any, outbox: Outbox) -> tuple[BoundOperator | None, str]:
         bound = bind_operator(op)
     except BaseException as exc:  # noqa: BLE001 - a bad operator fails its subjects, not us
         error = str(exc) if isinstance(exc, HabitrunError) else one_line(exc)
-        outbox.send(P.dumps((P.BIND_ERROR, error, traceback.format_exc())))
+        outbox.send(P.dumps(P.bind_error_message(error, traceback.format_exc())))
         return None, error
     outbox.send(P.dumps((P.BOUND,)))
     return bound, NOT_BOUND
