@@ -44,7 +44,7 @@ def busy_plain(ms: float) -> int:
 
 
 def run_habitrun(n: int, ms: float, workers: int, mode: str = "persistent") -> float:
-    from habitrun.engine.backend import OperatorRef, SubjectTask
+    from habitrun.engine.contract import OperatorRef, SubjectTask
     from habitrun.engine.control import StopFlag
     from habitrun.engine.process import ProcessBackend
     from habitrun.spec.policy import RunPolicy
@@ -61,11 +61,12 @@ def run_habitrun(n: int, ms: float, workers: int, mode: str = "persistent") -> f
         backend = ProcessBackend.from_policy(policy)
         op = OperatorRef("bench", "dispatch:busy", {"ms": ms}, search_path=(HERE,))
         # warm the workers up (as a study's earlier stage would)
-        warm = [SubjectTask(f"w{i}", f"w{i}", {}, {}, str(root / "wd"), str(root / "logs" / "warm.log"))
+        warm = [SubjectTask(key=f"w{i}", subject_id=f"w{i}", fields={}, inputs={}, workdir=str(root / "wd"),
+                            log_path=str(root / "logs" / "warm.log"))
                 for i in range(workers * 2)]
         backend.run_tasks(op, warm, lambda batch: None, StopFlag())
-        tasks = [SubjectTask(f"k{i}", f"S{i}", {}, {}, str(root / "wd" / f"S{i}"),
-                             str(root / "logs" / f"S{i}.log")) for i in range(n)]
+        tasks = [SubjectTask(key=f"k{i}", subject_id=f"S{i}", fields={}, inputs={}, workdir=str(root / "wd" / f"S{i}"),
+                             log_path=str(root / "logs" / f"S{i}.log")) for i in range(n)]
         done = 0
 
         def report(batch):

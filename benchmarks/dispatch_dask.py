@@ -27,7 +27,7 @@ from dispatch import busy_plain, row  # noqa: E402  (same operator and table as 
 
 
 def run_habitrun_dask(backend, n: int, ms: float, root: Path) -> float:
-    from habitrun.engine.backend import OperatorRef, SubjectTask
+    from habitrun.engine.contract import OperatorRef, SubjectTask
     from habitrun.engine.control import StopFlag
 
     try:
@@ -36,8 +36,8 @@ def run_habitrun_dask(backend, n: int, ms: float, root: Path) -> float:
         CheckpointStore = Record = None  # noqa: N806
     store = CheckpointStore.open(root / f"store-{n}-{ms}") if CheckpointStore else None
     op = OperatorRef(f"bench-{ms}", "dispatch:busy", {"ms": ms}, search_path=(HERE,))
-    tasks = [SubjectTask(f"k{i}", f"S{i}", {}, {}, str(root / "wd" / f"S{i}"), str(root / "logs" / f"S{i}.log"))
-             for i in range(n)]
+    tasks = [SubjectTask(key=f"k{i}", subject_id=f"S{i}", fields={}, inputs={}, workdir=str(root / "wd" / f"S{i}"),
+                         log_path=str(root / "logs" / f"S{i}.log")) for i in range(n)]
     done = 0
 
     def report(batch):

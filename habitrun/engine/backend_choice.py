@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from habitrun.engine.backend import Backend
+from habitrun.engine.contract import Backend
 from habitrun.spec.policy import RunPolicy
 
 # Policy fields the engine applies itself; a change in these keeps the workers.

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from habitrun.engine.backend import FailureKind, OperatorRef, SubjectOutcome, SubjectTask
+from habitrun.engine.contract import FailureKind, OperatorRef, SubjectOutcome, SubjectTask
 from habitrun.engine.subject import Collection, Subject
 from habitrun.engine.usage import meter
 from habitrun.spec.operators import resolve_operator
@@ -267,5 +267,6 @@ def execute(bound: BoundOperator, task: SubjectTask, *, capture: str = "fd",
         _write_log(task, output, tb)
     duration = time.perf_counter() - start
     if kind is not None:
-        return SubjectOutcome(task, False, None, error, kind, tb, duration, pid, usage)
-    return SubjectOutcome(task, True, result, None, None, None, duration, pid, usage)
+        return SubjectOutcome(task=task, ok=False, error=error, kind=kind, traceback=tb, duration_sec=duration,
+                              worker_pid=pid, usage=usage)
+    return SubjectOutcome(task=task, ok=True, result=result, duration_sec=duration, worker_pid=pid, usage=usage)

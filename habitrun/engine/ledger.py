@@ -9,7 +9,7 @@ is always a stored one.
 
 from __future__ import annotations
 
-from habitrun.engine.backend import SubjectOutcome, SubjectTask
+from habitrun.engine.contract import SubjectOutcome, SubjectTask
 from habitrun.engine.events import Event, SubjectDone, SubjectFailed
 from habitrun.engine.recorder import Recorder
 from habitrun.engine.run_summary import FailureLine, StageCounts

@@ -14,7 +14,7 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from habitrun.engine.backend import FailureKind, OperatorRef, SubjectOutcome, SubjectTask
+from habitrun.engine.contract import FailureKind, OperatorRef, SubjectOutcome, SubjectTask
 from habitrun.engine.control import StopFlag
 from habitrun.engine.events import RetryRound
 from habitrun.engine.ledger import StageLedger

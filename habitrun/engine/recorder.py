@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from habitrun.engine.backend import FailureKind
+from habitrun.engine.contract import FailureKind
 from habitrun.engine.events import Event, SubjectDone, as_failed
 from habitrun.store.checkpoint import CheckpointStore, Record, UnstorableResult
 from habitrun.store.trace import COL

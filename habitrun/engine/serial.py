@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from habitrun.engine.backend import Backend, OperatorRef, ReportFn, SubjectTask
+from habitrun.engine.contract import Backend, OperatorRef, ReportFn, SubjectTask
 from habitrun.engine.control import StopFlag
 from habitrun.engine.invoke import BoundOperator, bind_operator, execute
 from habitrun.spec.policy import RunPolicy

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from habitrun.engine.backend import SubjectTask
+from habitrun.engine.contract import SubjectTask
 from habitrun.planner.plan import GROUP_SUBJECT, StagePlan
 from habitrun.spec.recipe import StageSpec
 from habitrun.spec.subjects import SubjectRow

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import socket
 
-from habitrun.engine.backend import SubjectOutcome
+from habitrun.engine.contract import SubjectOutcome
 from habitrun.engine.events import SubjectDone, SubjectFailed, as_failed
 
 _HOST = socket.gethostname()

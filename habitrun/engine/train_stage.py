@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from habitrun.engine.backend import FailureKind, SubjectOutcome
+from habitrun.engine.contract import FailureKind, SubjectOutcome
 from habitrun.engine.events import ConsoleLine, TrainStarted
 from habitrun.engine.ledger import StageLedger
 from habitrun.planner.plan import StagePlan

@@ -15,8 +15,8 @@ from typing import Any
 import psutil
 import pytest
 
-from habitrun.engine.backend import Backend, OperatorRef
 from habitrun.engine.backend_choice import make_backend
+from habitrun.engine.contract import Backend, OperatorRef
 from habitrun.spec.policy import RunPolicy
 from tests.backends.variants import Variant
 from tests.conftest import fail_on_leftovers, wait_gone

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import signal
 
-from habitrun.engine.backend import FailureKind
+from habitrun.engine.contract import FailureKind
 from habitrun.engine.control import StopFlag
 from habitrun.engine.events import SubjectDone
 from habitrun.errors import EXIT_FAILED_SUBJECTS, EXIT_INTERRUPTED, EXIT_OK

@@ -11,7 +11,7 @@ import os
 import time
 from pathlib import Path
 
-from habitrun.engine.backend import FailureKind
+from habitrun.engine.contract import FailureKind
 from habitrun.engine.control import StopFlag
 from tests.backends.conftest import started, suite_op
 from tests.backends.variants import for_backends, known_gap

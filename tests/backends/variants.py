@@ -6,7 +6,7 @@ so the policy forbids it a timeout or a memory cap, a death would end the
 test, and it has no separate worker to isolate. ``isolation`` (a fresh
 process per subject) is what isolated mode promises instead of ``reuse``.
 
-Adding a backend: implement ``habitrun.engine.backend.Backend``, make
+Adding a backend: implement ``habitrun.engine.contract.Backend``, make
 ``make_backend`` build it from its policy, and add a :class:`Variant` here
 with the behaviours it supports; the suite then runs against it.
 """

@@ -10,7 +10,7 @@ import pytest
 
 from habitrun.cli.app import main
 from habitrun.engine.process import early
-from habitrun.engine.process.launch import BASE_PRELOAD, Launcher
+from habitrun.engine.process.spawner import BASE_PRELOAD, WorkerSpawner
 
 
 def _gone(pid: int) -> bool:
@@ -29,7 +29,7 @@ def _booted() -> tuple[object, int]:
 
 def test_a_launcher_with_the_same_caps_adopts_the_early_server_and_stops_it() -> None:
     server, pid = _booted()
-    launcher = Launcher("forkserver", early.DEFAULT_THREADS)
+    launcher = WorkerSpawner("forkserver", early.DEFAULT_THREADS)
     try:
         assert launcher._server(BASE_PRELOAD, ()) is server
         assert early._early is None  # adopted once

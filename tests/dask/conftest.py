@@ -18,7 +18,7 @@ pytest.importorskip("distributed")
 # test process (the first spawn starts it); start it now so no test counts it as its leftover.
 multiprocessing.resource_tracker.ensure_running()
 
-from habitrun.engine.backend import OperatorRef, SubjectOutcome, SubjectTask  # noqa: E402
+from habitrun.engine.contract import OperatorRef, SubjectOutcome, SubjectTask  # noqa: E402
 from habitrun.engine.control import StopFlag  # noqa: E402
 from habitrun.engine.dask_backend import DaskBackend  # noqa: E402
 from habitrun.spec.policy import RunPolicy  # noqa: E402

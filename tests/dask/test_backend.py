@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from habitrun.engine.backend import FailureKind, OperatorRef
+from habitrun.engine.contract import FailureKind, OperatorRef
 from habitrun.engine.control import StopFlag
 from habitrun.engine.dask_backend import DaskBackend
 from tests.dask.conftest import dask_policy, echo_op, make_tasks, run_all, worker_pids

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from habitrun.engine.backend import FailureKind, SubjectOutcome, SubjectTask
+from habitrun.engine.contract import FailureKind, SubjectOutcome, SubjectTask
 from habitrun.engine.events import (
     EVENT_TYPES,
     CheckpointCleared,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from habitrun.engine.backend import FailureKind, SubjectOutcome, SubjectTask
+from habitrun.engine.contract import FailureKind, SubjectOutcome, SubjectTask
 from habitrun.engine.events import SubjectDone, SubjectFailed, event_dict
 from habitrun.engine.ledger import StageLedger
 from habitrun.engine.recorder import Recorder

@@ -10,7 +10,7 @@ from typing import Any
 import psutil
 import pytest
 
-from habitrun.engine.backend import OperatorRef, SubjectOutcome, SubjectTask
+from habitrun.engine.contract import OperatorRef, SubjectOutcome, SubjectTask
 from habitrun.engine.control import StopFlag
 from habitrun.engine.process import ProcessBackend
 from habitrun.spec.policy import RunPolicy

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from habitrun.engine.backend import FailureKind
+from habitrun.engine.contract import FailureKind
 from tests.engine.study import habitrun_cmd
 from tests.process.conftest import OPS_DIR, alive, op, run, wait_gone
 

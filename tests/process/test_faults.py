@@ -7,7 +7,7 @@ import time
 import psutil
 import pytest
 
-from habitrun.engine.backend import FailureKind
+from habitrun.engine.contract import FailureKind
 from tests.process.conftest import op, run, wait_gone
 
 

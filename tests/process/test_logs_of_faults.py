@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from habitrun.engine.backend import FailureKind
+from habitrun.engine.contract import FailureKind
 from tests.process.conftest import op, run
 
 

@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from habitrun.engine.backend import FailureKind
+from habitrun.engine.contract import FailureKind
 from habitrun.engine.process import protocol as P
 from tests.process.conftest import op, run
 

@@ -77,7 +77,7 @@ def test_hard_stop_kills_running_subjects_at_once(make_backend, tasks):
 
 RUNNER = textwrap.dedent("""
     import json, sys, time
-    from habitrun.engine.backend import OperatorRef, SubjectTask
+    from habitrun.engine.contract import OperatorRef, SubjectTask
     from habitrun.engine.control import StopFlag
     from habitrun.engine.process import ProcessBackend
     from habitrun.spec.policy import RunPolicy

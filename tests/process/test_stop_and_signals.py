@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from habitrun.engine.backend import FailureKind
+from habitrun.engine.contract import FailureKind
 from habitrun.engine.control import StopFlag
 from habitrun.errors import WorkerStartError
 from tests.process.conftest import alive, op, run, wait_gone
@@ -45,7 +45,7 @@ def test_workers_and_the_fork_server_are_outside_the_runners_process_group(make_
     mine = os.getpgrp()
     for pid in alive(list(b.started_pids)):
         assert os.getpgid(pid) not in (mine, 0)
-    for server in b._launcher._servers.values():
+    for server in b.pool.spawner._servers.values():
         assert os.getpgid(server._forkserver_pid) != mine
         assert os.getsid(server._forkserver_pid) != os.getsid(0)
 
@@ -75,7 +75,7 @@ def test_burying_a_reaped_worker_never_signals_the_group_now_on_its_pid(make_bac
                     "without it a PID cannot be made to recycle on purpose")
     b = make_backend(workers=1)
     assert run(b, op("act"), tasks({"do": "ok"}))["S0"].ok
-    worker = b._workers[0]
+    worker = b.pool.workers[0]
     os.kill(worker.pid, signal.SIGKILL)
     deadline = time.monotonic() + 10
     while worker.proc.exitcode is None and time.monotonic() < deadline:
@@ -120,7 +120,7 @@ def test_no_worker_can_start_is_a_run_level_error_and_no_subject_fails(make_back
 
 DYING_RUNNER = """
 import os, signal, socket, sys
-from habitrun.engine.backend import OperatorRef, SubjectTask
+from habitrun.engine.contract import OperatorRef, SubjectTask
 from habitrun.engine.control import StopFlag
 from habitrun.engine.process import ProcessBackend
 from habitrun.spec.policy import RunPolicy
@@ -130,7 +130,7 @@ if __name__ == "__main__":
     b = ProcessBackend.from_policy(RunPolicy(workers=1))
     task = SubjectTask(key="k", subject_id="S", fields={"do": "ok"}, inputs={}, workdir=root, log_path=root + "/l.log")
     b.run_tasks(OperatorRef("s", "faults:act", {}, search_path=(ops,)), [task], lambda batch: None, StopFlag())
-    server = next(iter(b._launcher._servers.values()))
+    server = next(iter(b.pool.spawner._servers.values()))
     print(server._forkserver_pid, flush=True)
     client = socket.socket(socket.AF_UNIX)
     client.connect(server._forkserver_address)  # a fork request begun...

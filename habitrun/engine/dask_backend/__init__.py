@@ -5,7 +5,7 @@ worker, ``batching`` sizes micro-batches, ``dispatch`` turns one stage's
 tasks into outcomes, ``state`` holds what outlives a stage.
 """
 
-from habitrun.engine.dask_backend.backend import DaskBackend
 from habitrun.engine.dask_backend.cluster import DaskClusterError
+from habitrun.engine.dask_backend.distributed_backend import DaskBackend
 
 __all__ = ["DaskBackend", "DaskClusterError"]

@@ -39,7 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from habitrun.engine.backend import FailureKind, OperatorRef, ReportFn, SubjectOutcome, SubjectTask
+from habitrun.engine.contract import FailureKind, OperatorRef, ReportFn, SubjectOutcome, SubjectTask
 from habitrun.engine.control import StopFlag
 from habitrun.engine.dask_backend.cluster import ClusterHandle, DaskClusterError
 from habitrun.engine.dask_backend.state import SharedState
@@ -271,7 +271,7 @@ class StageDispatch:
         # The batch itself could not run (e.g. habitrun not importable on the worker): every
         # subject in it fails with that reason, so the run ends instead of looping.
         text = f"{type(exc).__name__}: {exc}".splitlines()[0] if exc is not None else "unknown error"
-        self._deliver([(i, SubjectOutcome(self.tasks[i], False, kind=FailureKind.EXCEPTION,
+        self._deliver([(i, SubjectOutcome(task=self.tasks[i], ok=False, kind=FailureKind.EXCEPTION,
                                           error=f"the Dask worker could not run habitrun's batch: {text}"))
                        for i in batch.indices])
 
@@ -328,7 +328,7 @@ class StageDispatch:
             where = f"{address} (pid {pid})" if pid is not None else address
             error = f"the Dask worker {where} running this subject died (killed or crashed)"
             kind = FailureKind.WORKER_DIED
-        self._deliver([(index, SubjectOutcome(task, False, error=error, kind=kind, worker_pid=pid))])
+        self._deliver([(index, SubjectOutcome(task=task, ok=False, error=error, kind=kind, worker_pid=pid))])
 
     def _emit(self, batch: _Batch, wires: list[WireOutcome]) -> None:
         pairs = []
@@ -347,7 +347,7 @@ class StageDispatch:
             except Exception as exc:  # noqa: BLE001 - e.g. the result's class only exists on the worker
                 ok, kind = False, FailureKind.UNPICKLABLE
                 error = f"result cannot be unpickled by the runner: {type(exc).__name__}: {exc}"
-        return SubjectOutcome(task, ok, result=result, error=error, kind=kind, traceback=tb,
+        return SubjectOutcome(task=task, ok=ok, result=result, error=error, kind=kind, traceback=tb,
                               duration_sec=duration, worker_pid=pid, usage=usage)
 
     def _deliver(self, pairs: list[tuple[int, SubjectOutcome]]) -> None:

@@ -12,7 +12,7 @@ import threading
 import time
 from typing import Any
 
-from habitrun.engine.backend import OperatorRef
+from habitrun.engine.contract import OperatorRef
 from habitrun.engine.dask_backend.batching import BatchSizer
 from habitrun.engine.dask_backend.cluster import ClusterHandle
 from habitrun.spec.policy import RunPolicy

@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from habitrun.engine.backend import FailureKind, OperatorRef, SubjectOutcome, SubjectTask
+from habitrun.engine.contract import FailureKind, OperatorRef, SubjectOutcome, SubjectTask
 from habitrun.engine.invoke import BoundOperator, bind_operator, execute, one_line
 
 # Tokens of run_tasks calls the client has asked to stop (set through Client.run).
@@ -91,7 +91,7 @@ class _SubjectThread:
             try:
                 self._bound = (op, bind_operator(op))
             except BaseException as exc:  # noqa: BLE001 - a bad operator fails its subjects, not the worker
-                return SubjectOutcome(task, False, error=f"cannot load operator {op.path!r}: {one_line(exc)}",
+                return SubjectOutcome(task=task, ok=False, error=f"cannot load operator {op.path!r}: {one_line(exc)}",
                                       kind=FailureKind.EXCEPTION, worker_pid=os.getpid())
         return execute(self._bound[1], task, capture="fd")
 
@@ -228,7 +228,7 @@ def _watch_one(runner: _SubjectThread, worker: Any, op: OperatorRef, task: Subje
         runner.retiring = "timeout"
         _note_in_log(task.log_path, f"--- habitrun: subject {task.subject_id} exceeded subject_timeout_sec="
                      f"{ctx.timeout_sec:g}; Dask worker {worker.address} (pid {os.getpid()}) is restarted ---\n")
-        return SubjectOutcome(task, False, error=f"subject exceeded its {ctx.timeout_sec:g} s wall-clock budget "
+        return SubjectOutcome(task=task, ok=False, error=f"subject exceeded its {ctx.timeout_sec:g} s wall-clock budget "
                               "(subject_timeout_sec); its Dask worker was restarted",
                               kind=FailureKind.TIMEOUT, duration_sec=time.monotonic() - start,
                               worker_pid=os.getpid()), marked

@@ -12,7 +12,7 @@ from __future__ import annotations
 import signal
 from dataclasses import dataclass
 
-from habitrun.engine.backend import FailureKind
+from habitrun.engine.contract import FailureKind
 
 
 def signal_name(signum: int) -> str:

@@ -4,7 +4,7 @@ Booting the workers' fork server (an interpreter importing the worker module)
 takes a core about as long as the runner takes to import itself, load the
 recipe and plan. Started first thing, it is ready by the time the first
 worker is wanted. It is speculative: it carries the default thread caps, and
-the first :class:`~habitrun.engine.process.launch.Launcher` whose policy has
+the first :class:`~habitrun.engine.process.spawner.WorkerSpawner` whose policy has
 those caps adopts it (:func:`adopt`); one nobody adopted (another start method
 or cap, a serial or dask run, nothing to run) is killed by :func:`discard`.
 """
@@ -22,7 +22,7 @@ _early: tuple[tuple[str, ...], int, PrivateForkServer] | None = None
 
 def start(preload: tuple[str, ...] | None = None, threads: int = DEFAULT_THREADS) -> None:
     """Boot a fork server preloading ``preload`` (default: the base one) with ``threads`` caps, not waiting."""
-    from habitrun.engine.process.launch import BASE_PRELOAD, _server_environment
+    from habitrun.engine.process.spawner import BASE_PRELOAD, _server_environment
 
     global _early
     discard()

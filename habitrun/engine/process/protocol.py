@@ -26,7 +26,7 @@ import pickle
 import struct
 from typing import Any
 
-from habitrun.engine.backend import SubjectTask
+from habitrun.engine.contract import OperatorRef, SubjectOutcome, SubjectTask
 
 BIND = "bind"
 RUN = "run"
@@ -52,13 +52,54 @@ def loads(data: bytes | memoryview) -> tuple[Any, ...]:
     return pickle.loads(data)
 
 
-def task_tuple(task: SubjectTask) -> tuple[Any, ...]:
-    """A task as a plain tuple: cheaper to pickle than the dataclass, rebuilt by :func:`task_from`."""
-    return (task.key, task.subject_id, task.fields, task.inputs, task.workdir, task.log_path, task.attempt)
+def bind_message(op: OperatorRef) -> tuple[Any, ...]:
+    """Bind this stage's operator (answered by BOUND or BIND_ERROR)."""
+    return (BIND, op)
+
+
+def bind_error_message(error: str, traceback: str) -> tuple[Any, ...]:
+    return (BIND_ERROR, error, traceback)
+
+
+def read_bind_error(message: tuple[Any, ...]) -> str:
+    """Why a worker could not bind the operator, in one line."""
+    return message[1]
+
+
+def run_message(task: SubjectTask) -> tuple[Any, ...]:
+    """``(RUN, task as a plain tuple)``: cheaper to pickle than the dataclass, rebuilt by :func:`task_from`."""
+    return (RUN, (task.key, task.subject_id, task.fields, task.inputs, task.workdir, task.log_path, task.attempt))
+
+
+def run_frame(task: SubjectTask) -> bytes:
+    """:func:`run_message`, pickled and framed, ready to write (raises what pickling raises)."""
+    return frame(pickle.dumps(run_message(task), protocol=PROTOCOL))
 
 
 def task_from(t: tuple[Any, ...]) -> SubjectTask:
-    return SubjectTask(*t)
+    """The task a RUN message carries (its second element)."""
+    key, subject_id, fields, inputs, workdir, log_path, attempt = t
+    return SubjectTask(key=key, subject_id=subject_id, fields=fields, inputs=inputs, workdir=workdir,
+                       log_path=log_path, attempt=attempt)
+
+
+def done_message(outcome: SubjectOutcome) -> tuple[Any, ...]:
+    """A run's reply: the outcome without its task (the runner knows which run it answers)."""
+    return (DONE, outcome.ok, outcome.result, outcome.error, outcome.kind, outcome.traceback,
+            outcome.duration_sec, outcome.usage)
+
+
+def failure_message(error: str, kind: str, traceback: str | None = None, duration: float = 0.0,
+                    usage: tuple | None = None) -> tuple[Any, ...]:
+    """A run's reply when it failed in the worker's own hands (not its operator's)."""
+    return (DONE, False, None, error, kind, traceback, duration, usage)
+
+
+def read_done(message: tuple[Any, ...], task: SubjectTask, worker_pid: int) -> SubjectOutcome:
+    """The outcome a DONE reply carries for ``task``, run by the worker ``worker_pid``."""
+    _, ok, result, error, kind, traceback, duration, usage = message
+    return SubjectOutcome(task=task, ok=ok, result=result, error=error, kind=None if ok else kind,
+                          traceback=traceback, duration_sec=duration, worker_pid=worker_pid, usage=usage)
 
 
 _HEADER = struct.Struct("!i")

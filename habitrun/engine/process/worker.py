@@ -25,9 +25,9 @@ import threading
 import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, NoReturn
 
-from habitrun.engine.backend import FailureKind, SubjectOutcome
+from habitrun.engine.contract import FailureKind, SubjectOutcome
 from habitrun.engine.invoke import (
     DEFAULT_LOG_MAX_BYTES,
     BoundOperator,
@@ -145,21 +145,65 @@ class _Inbox:
 
 
 def _outcome_message(outcome: SubjectOutcome) -> bytes:
-    message = (P.DONE, outcome.ok, outcome.result, outcome.error, outcome.kind,
-               outcome.traceback, outcome.duration_sec, outcome.usage)
     try:
-        return P.dumps(message)
+        return P.dumps(P.done_message(outcome))
     except BaseException as exc:  # noqa: BLE001 - whatever pickling raises is the subject's error
-        return P.dumps((P.DONE, False, None, f"result is not picklable: {one_line(exc)}",
-                        FailureKind.UNPICKLABLE, traceback.format_exc(), outcome.duration_sec, outcome.usage))
+        return P.dumps(P.failure_message(f"result is not picklable: {one_line(exc)}", FailureKind.UNPICKLABLE,
+                                         traceback.format_exc(), outcome.duration_sec, outcome.usage))
 
 
 def _failure(error: str, kind: str) -> bytes:
-    return P.dumps((P.DONE, False, None, error, kind, None, 0.0, None))
+    return P.dumps(P.failure_message(error, kind))
 
 
 _SKIPPED = P.dumps((P.SKIPPED,))
 HOLD_WHILE_QUEUED = 2  # hold a success only while at least this many runs wait behind it
+NOT_BOUND = "no operator was bound"
+
+
+def _bind(op: Any, outbox: Outbox) -> tuple[BoundOperator | None, str]:
+    """Bind a stage's operator and answer BOUND, or BIND_ERROR; returns it and why it failed, if it did."""
+    try:
+        bound = bind_operator(op)
+    except BaseException as exc:  # noqa: BLE001 - a bad operator fails its subjects, not us
+        error = str(exc) if isinstance(exc, HabitrunError) else one_line(exc)
+        outbox.send(P.dumps(P.bind_error_message(error, traceback.format_exc())))
+        return None, error
+    outbox.send(P.dumps((P.BOUND,)))
+    return bound, NOT_BOUND
+
+
+def _refusal(message: tuple[Any, ...], inbox: _Inbox, bound: BoundOperator | None, bind_error: str) -> bytes | None:
+    """The reply to a run answered without running it, or None when it is to run."""
+    if message[0] == P.UNDECODABLE:
+        return _failure(f"task could not be unpickled in the worker: {message[1]}", FailureKind.UNPICKLABLE)
+    if inbox.retired:
+        return _SKIPPED
+    if bound is None:
+        return _failure(f"cannot bind operator: {bind_error}", FailureKind.EXCEPTION)
+    return None
+
+
+def _run(bound: BoundOperator, message: tuple[Any, ...], config: WorkerConfig, beacon: Beacon,
+         taken: int) -> SubjectOutcome:
+    """Run one subject, the beacon saying so while it runs; what it started outside our group ends with it."""
+    beacon.took(taken, running=True, output_from=output_mark())
+    children = snapshot()
+    outcome = execute(bound, P.task_from(message[1]), capture="fd", log_max_bytes=config.log_max_bytes)
+    beacon.ended()
+    after_subject(children)
+    return outcome
+
+
+def _leave(conn: Connection, inbox: _Inbox, outbox: Outbox) -> NoReturn:
+    inbox.leaving = True
+    outbox.flush()
+    kill_below(only_strays=False)
+    # Skip interpreter teardown: it can hang on an operator's threads, and nothing is left to flush.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    conn.close()
+    os._exit(0)
 
 
 def worker_main(conn: Connection, config: WorkerConfig, beacon: Beacon) -> None:
@@ -169,7 +213,7 @@ def worker_main(conn: Connection, config: WorkerConfig, beacon: Beacon) -> None:
     inbox = _Inbox(conn)
     outbox = Outbox(conn.fileno(), 0.0 if config.max_tasks else config.reply_hold_sec)
     bound: BoundOperator | None = None
-    bind_error = "no operator was bound"
+    bind_error = NOT_BOUND
     served = 0
     taken = 0  # runs taken from the queue: each gets exactly one reply, in order
     failures_in_row = 0
@@ -181,33 +225,15 @@ def worker_main(conn: Connection, config: WorkerConfig, beacon: Beacon) -> None:
         if tag == P.EXIT:
             break
         if tag == P.BIND:
-            try:
-                bound = bind_operator(message[1])
-            except BaseException as exc:  # noqa: BLE001 - a bad operator fails its subjects, not us
-                bound = None
-                bind_error = str(exc) if isinstance(exc, HabitrunError) else one_line(exc)
-                outbox.send(P.dumps((P.BIND_ERROR, bind_error, traceback.format_exc())))
-            else:
-                outbox.send(P.dumps((P.BOUND,)))
+            bound, bind_error = _bind(message[1], outbox)
             continue
         taken += 1
-        if tag == P.UNDECODABLE:
-            reply = _failure(f"task could not be unpickled in the worker: {message[1]}", FailureKind.UNPICKLABLE)
-        elif inbox.retired:
-            reply = _SKIPPED
-        elif bound is None:
-            reply = _failure(f"cannot bind operator: {bind_error}", FailureKind.EXCEPTION)
-        else:
-            reply = None
+        reply = _refusal(message, inbox, bound, bind_error)
         if reply is not None:  # answered without running
             beacon.took(taken, running=False)
             outbox.send(reply)
             continue
-        beacon.took(taken, running=True, output_from=output_mark())
-        children = snapshot()
-        outcome = execute(bound, P.task_from(message[1]), capture="fd", log_max_bytes=config.log_max_bytes)
-        beacon.ended()
-        after_subject(children)  # what the subject started outside our group ends with it
+        outcome = _run(bound, message, config, beacon, taken)  # type: ignore[arg-type]  # bound: see _refusal
         failures_in_row = 0 if outcome.ok else failures_in_row + 1
         if config.max_consecutive_failures and failures_in_row >= config.max_consecutive_failures:
             # The runner retires this worker; the runs queued behind this one must not start here.
@@ -217,11 +243,4 @@ def worker_main(conn: Connection, config: WorkerConfig, beacon: Beacon) -> None:
         served += 1
         if config.max_tasks and served >= config.max_tasks:
             break
-    inbox.leaving = True
-    outbox.flush()
-    kill_below(only_strays=False)
-    # Skip interpreter teardown: it can hang on an operator's threads, and nothing is left to flush.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    conn.close()
-    os._exit(0)
+    _leave(conn, inbox, outbox)

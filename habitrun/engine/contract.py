@@ -27,7 +27,9 @@ class OperatorRef:
     search_path: tuple[str, ...] = ()  # folders put first on sys.path (the recipe's folder)
 
 
-@dataclass(slots=True)  # slots: built and read once per subject on the dispatch path
+# slots: built and read once per subject on the dispatch path; keyword-only: a misplaced
+# argument cannot type-check (the wire carries plain tuples, see process/protocol.py)
+@dataclass(slots=True, kw_only=True)
 class SubjectTask:
     """One subject's work in one stage (for a collect stage: the one task of the stage)."""
 
@@ -55,7 +57,7 @@ class FailureKind:
     INTERRUPTED = "interrupted"
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class SubjectOutcome:
     """A task's result or failure, as reported by a backend."""
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from habitrun.engine.backend import Backend, OperatorRef, ReportFn, SubjectTask
+from habitrun.engine.contract import Backend, OperatorRef, ReportFn, SubjectTask
 from habitrun.engine.control import StopFlag
 from habitrun.engine.dask_backend.cluster import ClusterHandle
 from habitrun.engine.dask_backend.dispatch import OOM_TOPIC, StageDispatch

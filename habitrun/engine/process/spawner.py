@@ -143,7 +143,7 @@ def _server_environment(threads: int, search_path: Sequence[str]) -> Iterator[No
                     os.environ[k] = v
 
 
-class Launcher:
+class WorkerSpawner:
     """Starts workers with the policy's start method; owns the private forkservers."""
 
     def __init__(self, start_method: str, threads: int) -> None:
