@@ -19,6 +19,12 @@ With ``--sizes 10000,100000,1000000`` it instead builds a study of each size
 and plans it in a fresh process (``--repeat`` times), printing each step's
 time, the per-subject cost and the planning process's peak RSS, and how much
 each step grows from one size to the next (10x the subjects should cost 10x).
+``--keep DIR`` builds each study in DIR once and reuses it (a 10^6 store takes
+minutes to fill); ``--against TREE`` also plans each study with the habitrun of
+another source tree (alternating fresh processes) and prints the ratios:
+
+    nice python benchmarks/plan_scale.py --sizes 10000,100000,1000000 --repeat 3 \\
+        --keep /tmp/plan-scale --against /path/to/other/checkout
 """
 
 from __future__ import annotations
@@ -208,35 +214,73 @@ def measure_child(recipe: Path) -> None:
     print(json.dumps(times))
 
 
-def sweep(sizes: list[int], repeat: int) -> None:
-    """Each size built and planned in a fresh process; medians, peak RSS and growth per 10x."""
+def _child(recipe: Path, tree: str | None) -> dict[str, float]:
+    """One measured plan in a fresh process, importing habitrun from ``tree`` (None: this one)."""
+    env = dict(os.environ)
+    if tree is not None:
+        env["PYTHONPATH"] = tree
+    done = subprocess.run([sys.executable, __file__, "--measure", str(recipe)],
+                          capture_output=True, text=True, check=True, env=env)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _study(n: int, keep: Path | None, tmp: Path) -> tuple[Path, int, float]:
+    """The study of ``n`` subjects with its store filled: built in ``tmp``, or reused from ``keep``."""
+    folder = (keep / f"plan-scale-{n}") if keep is not None else tmp / f"plan-scale-{n}"
+    marker = folder / "built.json"
+    if marker.is_file():
+        info = json.loads(marker.read_text())
+        return folder / "recipe.yaml", info["records"], 0.0
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    recipe = build(folder, n)
+    n_records, build_sec = fill_store(recipe)
+    marker.write_text(json.dumps({"records": n_records}))
+    return recipe, n_records, build_sec
+
+
+def sweep(sizes: list[int], repeat: int, keep: Path | None = None, against: str | None = None) -> None:
+    """Each size built and planned in fresh processes; medians of wall, CPU and peak RSS, growth per 10x.
+
+    With ``against`` (another source tree), its habitrun plans the same studies in alternating
+    runs, so both sides see the same machine load."""
+    trees: dict[str, str | None] = {"this": None}
+    if against is not None:
+        trees = {"this": str(Path(__file__).resolve().parents[1]), "against": against}
     print(f"manifest + plan, N subjects x 3 map stages, everything stored as done; "
-          f"median of {repeat} fresh processes (min-max of total)")
-    print(f"{'subjects':>9} {'build s':>8} " + " ".join(f"{s:>13}" for s in STEPS)
-          + f" {'total range':>15} {'us/subject':>10} {'peak RSS MB':>11}")
-    rows: dict[int, dict[str, float]] = {}
-    for n in sizes:
-        with tempfile.TemporaryDirectory(prefix="habitrun-plan-scale-") as tmp:
-            recipe = build(Path(tmp), n)
-            n_records, build_sec = fill_store(recipe)
-            runs = []
+          f"median of {repeat} fresh processes (min-max of total); cpu = user + system of the steps")
+    print(f"{'tree':>7} {'subjects':>9} {'build s':>8} " + " ".join(f"{s:>13}" for s in STEPS)
+          + f" {'cpu':>8} {'total range':>15} {'us/subject':>10} {'peak RSS MB':>11}")
+    rows: dict[tuple[str, int], dict[str, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="habitrun-plan-scale-") as tmp:
+        for n in sizes:
+            recipe, n_records, build_sec = _study(n, keep, Path(tmp))
+            runs: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
             for _ in range(repeat):
-                done = subprocess.run([sys.executable, __file__, "--measure", str(recipe)],
-                                      capture_output=True, text=True, check=True)
-                runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
-        assert all(r["done"] == n_records for r in runs), runs
-        med = {k: statistics.median(r[k] for r in runs) for k in (*STEPS, "peak_rss_mb")}
-        totals = [r["total"] for r in runs]
-        rows[n] = med
-        print(f"{n:>9,} {build_sec:>8.1f} " + " ".join(f"{med[s]:>12.3f}s" for s in STEPS)
-              + f" {min(totals):>7.2f}-{max(totals):<7.2f} {med['total'] / n * 1e6:>10.1f}"
-              f" {med['peak_rss_mb']:>11.0f}", flush=True)
-    ordered = sorted(rows)
-    for small, big in zip(ordered, ordered[1:], strict=False):
-        factor = big / small
-        growth = " ".join(f"{s} x{rows[big][s] / rows[small][s]:.1f}" for s in STEPS if rows[small][s] > 0)
-        print(f"{small:,} -> {big:,} subjects (x{factor:g}): {growth}; "
-              f"peak RSS x{rows[big]['peak_rss_mb'] / rows[small]['peak_rss_mb']:.1f}")
+                for name, tree in trees.items():
+                    runs[name].append(_child(recipe, tree))
+            for name in trees:
+                got = runs[name]
+                assert all(r["done"] == n_records for r in got), got
+                med = {k: statistics.median(r[k] for r in got) for k in (*STEPS, "cpu", "peak_rss_mb")}
+                totals = [r["total"] for r in got]
+                rows[(name, n)] = med
+                print(f"{name:>7} {n:>9,} {build_sec:>8.1f} " + " ".join(f"{med[s]:>12.3f}s" for s in STEPS)
+                      + f" {med['cpu']:>7.2f}s {min(totals):>7.2f}-{max(totals):<7.2f}"
+                      f" {med['total'] / n * 1e6:>10.1f} {med['peak_rss_mb']:>11.0f}", flush=True)
+    for name in trees:
+        ordered = sorted(n for tree, n in rows if tree == name)
+        for small, big in zip(ordered, ordered[1:], strict=False):
+            a, b = rows[(name, small)], rows[(name, big)]
+            growth = " ".join(f"{s} x{b[s] / a[s]:.1f}" for s in (*STEPS, "cpu") if a[s] > 0)
+            print(f"{name}: {small:,} -> {big:,} subjects (x{big / small:g}): {growth}; "
+                  f"peak RSS x{b['peak_rss_mb'] / a['peak_rss_mb']:.1f}")
+    if against is not None:
+        for n in sizes:
+            a, b = rows[("this", n)], rows[("against", n)]
+            print(f"{n:>9,} subjects: this / against: wall {a['total'] / b['total']:.2f}, "
+                  f"cpu {a['cpu'] / b['cpu']:.2f}, peak RSS {a['peak_rss_mb'] / b['peak_rss_mb']:.2f}")
 
 
 def main() -> None:
@@ -245,6 +289,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--sizes", default=None,
                         help="comma-separated subject counts, e.g. 10000,100000,1000000: the scaling table")
+    parser.add_argument("--keep", type=Path, default=None,
+                        help="with --sizes: build each study in this folder once and reuse it on later runs")
+    parser.add_argument("--against", default=None,
+                        help="with --sizes: another source tree whose habitrun plans the same studies, alternating")
     parser.add_argument("--measure", type=Path, default=None, help=argparse.SUPPRESS)  # the child of --sizes
     parser.add_argument("--file-bytes", type=int, default=1024, help="size of each input file")
     parser.add_argument("--no-files", action="store_true", help="skip the study with file columns")
@@ -253,7 +301,7 @@ def main() -> None:
         measure_child(args.measure)
         return
     if args.sizes:
-        sweep([int(x) for x in args.sizes.split(",")], args.repeat)
+        sweep([int(x) for x in args.sizes.split(",")], args.repeat, args.keep, args.against)
         return
     with tempfile.TemporaryDirectory(prefix="habitrun-plan-scale-") as tmp:
         recipe = build(Path(tmp), args.subjects)

@@ -265,7 +265,7 @@ def _under(loaded: LoadedRecipe, text: str) -> Path:
 def _join(loaded: LoadedRecipe, manifest: str, rows: list[tuple[str, dict[str, Any]]], report: Discovery,
           join: str) -> list[tuple[str, dict[str, Any]]]:
     """Add the manifest's columns to each found subject, matched on ``join``."""
-    from habitrun.spec.subjects import read_manifest
+    from habitrun.spec.manifest import read_manifest
 
     where = loaded.locate(("subjects", "manifest")) if loaded.recipe.subjects.manifest else loaded.locate(("subjects", "bids"))
     path = _under(loaded, manifest)
