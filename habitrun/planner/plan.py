@@ -275,6 +275,19 @@ def fingerprints(loaded: LoadedRecipe) -> dict[str, str]:
     return _fingerprints(loaded)
 
 
+def _outcome_ranges(recipe: Recipe, prints: Mapping[str, str], context: KeyContext) -> list[tuple[str, str]]:
+    """(stage, key prefix) of the map stages whose stage part is known before any subject part
+    (keyed on the whole row, needing map stages only): what :func:`judge` will ask the store."""
+    prefixes: dict[str, str] = {}
+    for stage in recipe.ordered_stages():
+        info = context.stages[stage.name]
+        if stage.kind in GROUP_KINDS or info.variant is not None or any(n not in prefixes for n in stage.needs):
+            continue
+        fingerprint = info.fingerprint if info is not None else prints[stage.name]
+        prefixes[stage.name] = stage_part(stage_identity(stage, fingerprint), [prefixes[n] for n in stage.needs])
+    return [(name, prefix + ".") for name, prefix in prefixes.items()]
+
+
 def plan_study(
     loaded: LoadedRecipe,
     subjects: Sequence[Any],
@@ -292,6 +305,8 @@ def plan_study(
         context = build_context(loaded, subjects, store)
     prints = prints if prints is not None else {n: info.fingerprint for n, info in context.stages.items()}
     recipe = loaded.recipe
+    if store is not None:
+        store.prefetch_outcomes(_outcome_ranges(recipe, prints, context))
     digests = subject_parts(subjects) if any(i.variant is None for i in context.stages.values()) else None
     stages: dict[str, StagePlan] = {}
     for stage in recipe.ordered_stages():
