@@ -2,9 +2,9 @@
 
 Builds a study in a temporary folder (manifest, operators, recipe), fills its
 checkpoint store with a success for every subject of every stage through
-``CheckpointStore.put`` (batches of 1000), then times a full re-plan the way
-`habitrun plan` does it: load the recipe, read the manifest, open the store,
-plan. Prints a table.
+``CheckpointStore.put`` (batches of 1000), then times a full re-plan: load
+the recipe, read the manifest, open the store (for writing: the plan keeps the
+digests of the files it reads), plan. Prints a table.
 
 Then the same with two file columns (``subjects.files: [image, mask]``): one
 small real file per subject and column (200,000 files for 100,000 subjects).
@@ -16,8 +16,9 @@ costs one ``stat`` per file.
     /work/venv/bin/python benchmarks/plan_scale.py [--subjects 100000] [--repeat 3] [--file-bytes 1024]
 
 With ``--sizes 10000,100000,1000000`` it instead builds a study of each size
-and plans it in a fresh process (``--repeat`` times), printing each step's
-time, the per-subject cost and the planning process's peak RSS, and how much
+and plans it in a fresh process (``--repeat`` times) the way `habitrun plan`
+does (the store opened read-only, beside the manifest), printing each step's
+wall time, the CPU time, the per-subject cost and the process's peak RSS, and how much
 each step grows from one size to the next (10x the subjects should cost 10x).
 ``--keep DIR`` builds each study in DIR once and reuses it (a 10^6 store takes
 minutes to fill); ``--against TREE`` also plans each study with the habitrun of

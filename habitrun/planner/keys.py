@@ -126,10 +126,15 @@ def _bulk_parts(subjects: Any) -> Mapping[str, str] | None:
         values = map("', '".join, values)
     texts = map(template.format, map(len, ids), ids, values)
     hexdigest, blake = hashlib.blake2b.hexdigest, partial(hashlib.blake2b, digest_size=SUBJECT_BYTES)
+    digests = map(hexdigest, map(blake, map(str.encode, texts)))
+    parts: list[str] = []
     try:
-        return SubjectParts(ids, list(map(hexdigest, map(blake, map(str.encode, texts)))))
+        # In slices: between two, another thread (the store reading ahead) may take Python's lock.
+        while len(parts) < len(ids):
+            parts.extend(islice(digests, 50_000))
     except UnicodeEncodeError:
         return None
+    return SubjectParts(ids, parts)
 
 
 class SubjectParts(Mapping[str, str]):
