@@ -23,8 +23,12 @@ TEXTS = {
     "single column": "subject_id\nS1\nS2\n",
     "quoted": 'subject_id,p\nS1,"a,b"\nS2,y\n',
     "crlf": "subject_id,p\r\nS1,x\r\nS2,y\r\n",
+    "crlf, a lone cr": "subject_id,p\r\nS1,x\rS2,y\r\n",
     "blank line inside": "subject_id,p\nS1,x\n\nS2,y\n",
 }
+
+
+PLAIN = {"plain", "no final newline", "blank lines first", "padded header", "odd values", "single column", "crlf"}
 
 
 def _csv_rows(text: str) -> list[tuple[int, dict[str, str]]]:
@@ -40,6 +44,7 @@ def test_lines_read_as_the_csv_module_reads(tmp_path: Path, name: str) -> None:
     path.write_text(TEXTS[name], newline="")
     table = read_manifest(path, "m.csv")
     assert list(table.pairs()) == _csv_rows(TEXTS[name])
+    assert (table.lines is not None) == (name in PLAIN)
     assert [table.ref(i) for i in range(len(table))] == [ref for ref, _ in _csv_rows(TEXTS[name])]
     assert table.column("subject_id") == [fields["subject_id"] for _, fields in _csv_rows(TEXTS[name])]
 
