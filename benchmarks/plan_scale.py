@@ -2,9 +2,9 @@
 
 Builds a study in a temporary folder (manifest, operators, recipe), fills its
 checkpoint store with a success for every subject of every stage through
-``CheckpointStore.put`` (batches of 1000), then times a full re-plan the way
-`habitrun plan` does it: load the recipe, read the manifest, open the store,
-plan. Prints a table.
+``CheckpointStore.put`` (batches of 1000), then times a full re-plan: load
+the recipe, read the manifest, open the store (for writing: the plan keeps the
+digests of the files it reads), plan. Prints a table.
 
 Then the same with two file columns (``subjects.files: [image, mask]``): one
 small real file per subject and column (200,000 files for 100,000 subjects).
@@ -16,9 +16,16 @@ costs one ``stat`` per file.
     /work/venv/bin/python benchmarks/plan_scale.py [--subjects 100000] [--repeat 3] [--file-bytes 1024]
 
 With ``--sizes 10000,100000,1000000`` it instead builds a study of each size
-and plans it in a fresh process (``--repeat`` times), printing each step's
-time, the per-subject cost and the planning process's peak RSS, and how much
+and plans it in a fresh process (``--repeat`` times) the way `habitrun plan`
+does (the store opened read-only, beside the manifest), printing each step's
+wall time, the CPU time, the per-subject cost and the process's peak RSS, and how much
 each step grows from one size to the next (10x the subjects should cost 10x).
+``--keep DIR`` builds each study in DIR once and reuses it (a 10^6 store takes
+minutes to fill); ``--against TREE`` also plans each study with the habitrun of
+another source tree (alternating fresh processes) and prints the ratios:
+
+    nice python benchmarks/plan_scale.py --sizes 10000,100000,1000000 --repeat 3 \\
+        --keep /tmp/plan-scale --against /path/to/other/checkout
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from habitrun.planner import SubjectStatus, plan_study
 from habitrun.spec.loader import load_recipe
@@ -176,16 +184,30 @@ def with_files(n: int, repeat: int, size: int) -> None:
         print(f"files hashed per second (first plan): {2 * n / best_first:,.0f}; cpu count {os.cpu_count()}")
 
 
-def plan_once(recipe: Path) -> tuple[dict[str, float], object]:
+def _subjects_and_store(loaded: Any, read_only: bool) -> tuple[Any, CheckpointStore]:
+    """The subjects and the store. ``read_only`` as `habitrun plan` gets them: side by side when
+    the habitrun under test can (habitrun.planner.opening), else one after the other. Otherwise
+    the store opened for writing (the plan keeps the digests of the files it read), after."""
+    def open_store() -> CheckpointStore:
+        return CheckpointStore.open(loaded.store_dir(), create=False, read_only=read_only)
+
+    if not read_only:
+        return load_subjects(loaded), open_store()
+    try:
+        from habitrun.planner.opening import subjects_and_store
+    except ImportError:  # an older tree (--against)
+        return load_subjects(loaded), open_store()
+    return subjects_and_store(loaded, open_store)
+
+
+def plan_once(recipe: Path, read_only: bool = False) -> tuple[dict[str, float], object]:
     """Wall times of each step, and the CPU time of the plan step (the machine is shared)."""
     times: dict[str, float] = {}
     c0 = time.process_time()
     t0 = time.perf_counter()
     loaded = load_recipe(recipe)
     t1 = time.perf_counter()
-    subjects = load_subjects(loaded)
-    t2 = time.perf_counter()
-    store = CheckpointStore.open(loaded.store_dir(), create=False)
+    subjects, store = _subjects_and_store(loaded, read_only)
     t3 = time.perf_counter()
     c3 = time.process_time()
     plan = plan_study(loaded, subjects, store)
@@ -193,50 +215,88 @@ def plan_once(recipe: Path) -> tuple[dict[str, float], object]:
     times["plan_cpu"] = time.process_time() - c3
     times["cpu"] = time.process_time() - c0  # user + system time of every step (the machine is shared)
     store.close()
-    times.update(load_recipe=t1 - t0, load_subjects=t2 - t1, open_store=t3 - t2, plan=t4 - t3, total=t4 - t0)
+    times.update(load_recipe=t1 - t0, subjects_store=t3 - t1, plan=t4 - t3, total=t4 - t0)
     return times, plan
 
 
-STEPS = ("load_recipe", "load_subjects", "open_store", "plan", "total")
+STEPS = ("load_recipe", "subjects_store", "plan", "total")
 
 
 def measure_child(recipe: Path) -> None:
     """One plan in this (fresh) process; prints its step times and peak RSS as JSON."""
-    times, plan = plan_once(recipe)
+    times, plan = plan_once(recipe, read_only=True)
     times["done"] = plan.counts()[SubjectStatus.DONE.value]
     times["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps(times))
 
 
-def sweep(sizes: list[int], repeat: int) -> None:
-    """Each size built and planned in a fresh process; medians, peak RSS and growth per 10x."""
+def _child(recipe: Path, tree: str | None) -> dict[str, float]:
+    """One measured plan in a fresh process, importing habitrun from ``tree`` (None: this one)."""
+    env = dict(os.environ)
+    if tree is not None:
+        env["PYTHONPATH"] = tree
+    done = subprocess.run([sys.executable, __file__, "--measure", str(recipe)],
+                          capture_output=True, text=True, check=True, env=env)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _study(n: int, keep: Path | None, tmp: Path) -> tuple[Path, int, float]:
+    """The study of ``n`` subjects with its store filled: built in ``tmp``, or reused from ``keep``."""
+    folder = (keep / f"plan-scale-{n}") if keep is not None else tmp / f"plan-scale-{n}"
+    marker = folder / "built.json"
+    if marker.is_file():
+        info = json.loads(marker.read_text())
+        return folder / "recipe.yaml", info["records"], 0.0
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    recipe = build(folder, n)
+    n_records, build_sec = fill_store(recipe)
+    marker.write_text(json.dumps({"records": n_records}))
+    return recipe, n_records, build_sec
+
+
+def sweep(sizes: list[int], repeat: int, keep: Path | None = None, against: str | None = None) -> None:
+    """Each size built and planned in fresh processes; medians of wall, CPU and peak RSS, growth per 10x.
+
+    With ``against`` (another source tree), its habitrun plans the same studies in alternating
+    runs, so both sides see the same machine load."""
+    trees: dict[str, str | None] = {"this": None}
+    if against is not None:
+        trees = {"this": str(Path(__file__).resolve().parents[1]), "against": against}
     print(f"manifest + plan, N subjects x 3 map stages, everything stored as done; "
-          f"median of {repeat} fresh processes (min-max of total)")
-    print(f"{'subjects':>9} {'build s':>8} " + " ".join(f"{s:>13}" for s in STEPS)
-          + f" {'total range':>15} {'us/subject':>10} {'peak RSS MB':>11}")
-    rows: dict[int, dict[str, float]] = {}
-    for n in sizes:
-        with tempfile.TemporaryDirectory(prefix="habitrun-plan-scale-") as tmp:
-            recipe = build(Path(tmp), n)
-            n_records, build_sec = fill_store(recipe)
-            runs = []
+          f"median of {repeat} fresh processes (min-max of total); cpu = user + system of the steps")
+    print(f"{'tree':>7} {'subjects':>9} {'build s':>8} " + " ".join(f"{s:>13}" for s in STEPS)
+          + f" {'cpu':>8} {'total range':>15} {'us/subject':>10} {'peak RSS MB':>11}")
+    rows: dict[tuple[str, int], dict[str, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="habitrun-plan-scale-") as tmp:
+        for n in sizes:
+            recipe, n_records, build_sec = _study(n, keep, Path(tmp))
+            runs: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
             for _ in range(repeat):
-                done = subprocess.run([sys.executable, __file__, "--measure", str(recipe)],
-                                      capture_output=True, text=True, check=True)
-                runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
-        assert all(r["done"] == n_records for r in runs), runs
-        med = {k: statistics.median(r[k] for r in runs) for k in (*STEPS, "peak_rss_mb")}
-        totals = [r["total"] for r in runs]
-        rows[n] = med
-        print(f"{n:>9,} {build_sec:>8.1f} " + " ".join(f"{med[s]:>12.3f}s" for s in STEPS)
-              + f" {min(totals):>7.2f}-{max(totals):<7.2f} {med['total'] / n * 1e6:>10.1f}"
-              f" {med['peak_rss_mb']:>11.0f}", flush=True)
-    ordered = sorted(rows)
-    for small, big in zip(ordered, ordered[1:], strict=False):
-        factor = big / small
-        growth = " ".join(f"{s} x{rows[big][s] / rows[small][s]:.1f}" for s in STEPS if rows[small][s] > 0)
-        print(f"{small:,} -> {big:,} subjects (x{factor:g}): {growth}; "
-              f"peak RSS x{rows[big]['peak_rss_mb'] / rows[small]['peak_rss_mb']:.1f}")
+                for name, tree in trees.items():
+                    runs[name].append(_child(recipe, tree))
+            for name in trees:
+                got = runs[name]
+                assert all(r["done"] == n_records for r in got), got
+                med = {k: statistics.median(r[k] for r in got) for k in (*STEPS, "cpu", "peak_rss_mb")}
+                totals = [r["total"] for r in got]
+                rows[(name, n)] = med
+                print(f"{name:>7} {n:>9,} {build_sec:>8.1f} " + " ".join(f"{med[s]:>12.3f}s" for s in STEPS)
+                      + f" {med['cpu']:>7.2f}s {min(totals):>7.2f}-{max(totals):<7.2f}"
+                      f" {med['total'] / n * 1e6:>10.1f} {med['peak_rss_mb']:>11.0f}", flush=True)
+    for name in trees:
+        ordered = sorted(n for tree, n in rows if tree == name)
+        for small, big in zip(ordered, ordered[1:], strict=False):
+            a, b = rows[(name, small)], rows[(name, big)]
+            growth = " ".join(f"{s} x{b[s] / a[s]:.1f}" for s in (*STEPS, "cpu") if a[s] > 0)
+            print(f"{name}: {small:,} -> {big:,} subjects (x{big / small:g}): {growth}; "
+                  f"peak RSS x{b['peak_rss_mb'] / a['peak_rss_mb']:.1f}")
+    if against is not None:
+        for n in sizes:
+            a, b = rows[("this", n)], rows[("against", n)]
+            print(f"{n:>9,} subjects: this / against: wall {a['total'] / b['total']:.2f}, "
+                  f"cpu {a['cpu'] / b['cpu']:.2f}, peak RSS {a['peak_rss_mb'] / b['peak_rss_mb']:.2f}")
 
 
 def main() -> None:
@@ -245,6 +305,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--sizes", default=None,
                         help="comma-separated subject counts, e.g. 10000,100000,1000000: the scaling table")
+    parser.add_argument("--keep", type=Path, default=None,
+                        help="with --sizes: build each study in this folder once and reuse it on later runs")
+    parser.add_argument("--against", default=None,
+                        help="with --sizes: another source tree whose habitrun plans the same studies, alternating")
     parser.add_argument("--measure", type=Path, default=None, help=argparse.SUPPRESS)  # the child of --sizes
     parser.add_argument("--file-bytes", type=int, default=1024, help="size of each input file")
     parser.add_argument("--no-files", action="store_true", help="skip the study with file columns")
@@ -253,7 +317,7 @@ def main() -> None:
         measure_child(args.measure)
         return
     if args.sizes:
-        sweep([int(x) for x in args.sizes.split(",")], args.repeat)
+        sweep([int(x) for x in args.sizes.split(",")], args.repeat, args.keep, args.against)
         return
     with tempfile.TemporaryDirectory(prefix="habitrun-plan-scale-") as tmp:
         recipe = build(Path(tmp), args.subjects)
@@ -261,16 +325,14 @@ def main() -> None:
         print(f"subjects: {args.subjects:,}   stages: 3   records stored: {n_records:,}")
         print(f"build store (put, batches of 1000): {build_sec:8.2f} s  ({build_sec / n_records * 1e6:.0f} us/record)")
         print()
-        print(f"{'run':>4} {'load_recipe':>12} {'load_subjects':>14} {'open_store':>11} {'plan':>8} "
-              f"{'plan cpu':>9} {'total':>8}")
+        print(f"{'run':>4} {'load_recipe':>12} {'subjects+store':>15} {'plan':>8} {'plan cpu':>9} {'total':>8}")
         best = best_plan = None
         for i in range(args.repeat):
             times, plan = plan_once(recipe)
             counts = plan.counts()
             assert counts[SubjectStatus.DONE.value] == n_records, counts
-            print(f"{i + 1:>4} {times['load_recipe']:>11.3f}s {times['load_subjects']:>13.3f}s "
-                  f"{times['open_store']:>10.3f}s {times['plan']:>7.3f}s {times['plan_cpu']:>8.3f}s "
-                  f"{times['total']:>7.3f}s")
+            print(f"{i + 1:>4} {times['load_recipe']:>11.3f}s {times['subjects_store']:>14.3f}s "
+                  f"{times['plan']:>7.3f}s {times['plan_cpu']:>8.3f}s {times['total']:>7.3f}s")
             best = times["total"] if best is None else min(best, times["total"])
             best_plan = times["plan"] if best_plan is None else min(best_plan, times["plan"])
         print()

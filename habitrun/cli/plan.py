@@ -26,9 +26,9 @@ from habitrun.cli.app import app, err_console
 from habitrun.cli.subjects_text import subjects_lines
 from habitrun.cli.text import esc
 from habitrun.errors import EXIT_USAGE
+from habitrun.planner.opening import subjects_and_store
 from habitrun.planner.plan import Plan, StagePlan, SubjectStatus, plan_study
 from habitrun.spec.loader import LoadedRecipe, load_recipe
-from habitrun.spec.subjects import load_subjects
 from habitrun.store.checkpoint import CheckpointStore
 from habitrun.store.guard import empty_store_file
 
@@ -193,8 +193,7 @@ def plan(
 ) -> None:
     """Show what a run would do, per stage: done / failed / stale / pending / forced / blocked."""
     loaded = load_recipe(recipe, (*(overrides or ()), *(("policy.retry_failed_subjects=true",) if retry_failed else ())))
-    subjects = load_subjects(loaded)
-    store = open_existing_store(loaded, verify=verify)
+    subjects, store = subjects_and_store(loaded, lambda: open_existing_store(loaded, verify=verify))
     try:
         the_plan = plan_study(loaded, subjects, store)
         damaged = store_notes(loaded, store)

@@ -34,9 +34,9 @@ from habitrun.cli.text import esc
 from habitrun.cli.text import human as fmt
 from habitrun.errors import EXIT_FAILED_SUBJECTS, EXIT_OK, EXIT_USAGE, StoreError
 from habitrun.planner.decision import Reason
+from habitrun.planner.opening import subjects_and_store
 from habitrun.planner.plan import Plan, SubjectStatus, plan_study
 from habitrun.spec.loader import LoadedRecipe, load_recipe
-from habitrun.spec.subjects import load_subjects
 from habitrun.store.checkpoint import CheckpointStore
 from habitrun.store.lock import default_lock_path, holder_alive, read_holder
 from habitrun.store.runs import RunFolder, latest_run
@@ -199,8 +199,7 @@ class Shown:
 def gather(loaded: LoadedRecipe, run: RunFolder, *, verify: bool) -> Shown:
     """Plan the recipe against the store and collect what `status` reports (nothing is written)."""
     outcome, info = run_state(run, loaded)
-    subjects = load_subjects(loaded)
-    store = open_existing_store(loaded, verify=verify)
+    subjects, store = subjects_and_store(loaded, lambda: open_existing_store(loaded, verify=verify))
     try:
         plan = plan_study(loaded, subjects, store)
         return Shown(loaded, run, outcome, info, plan, failures(plan, store), resource_stats(plan, store),

@@ -35,7 +35,7 @@ from habitrun.planner.plan import GROUP_SUBJECT, StagePlan, SubjectStatus
 from habitrun.spec.discover import write_table
 from habitrun.spec.loader import LoadedRecipe
 from habitrun.spec.recipe import StageSpec
-from habitrun.spec.subjects import SubjectRow, load_subjects
+from habitrun.spec.subjects import SubjectRow, load_subjects, rows_by_id
 from habitrun.store.checkpoint import CheckpointStore
 from habitrun.store.folders import ensure_folder
 from habitrun.store.guard import empty_store_file
@@ -215,7 +215,7 @@ class StudyRunner:
         started = time.monotonic()
         self.recorder = Recorder(self.store, self.events.emit_many,
                                  on_failure=lambda exc: self.write_failure.note(self.store.directory, exc))
-        self.inputs = StageInputs(rows={row.id: row for row in self.subjects}, plans=self.plans,
+        self.inputs = StageInputs(rows=rows_by_id(self.subjects), plans=self.plans,
                                   run_root=self.run_root, run=self.run,
                                   read=lambda need, keys: read_results(self, need, keys))
         notices = StopNotices(self.stop, self.events.emit, self.stopping_facts)

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from habitrun.errors import RecipeError
 from habitrun.spec.loader import LoadedRecipe
 from habitrun.spec.recipe import StageSpec
-from habitrun.spec.subjects import SubjectRow
+from habitrun.spec.subjects import SubjectRow, subject_ids
 
 
 def stages_for(loaded: LoadedRecipe, only_stage: str | None) -> list[StageSpec]:
@@ -35,7 +35,9 @@ def stages_for(loaded: LoadedRecipe, only_stage: str | None) -> list[StageSpec]:
 
 def unknown_ids(subjects: Sequence[SubjectRow], ids: Sequence[str]) -> None:
     """Refuse subject ids (from --rerun) that are not in the manifest, with a close match."""
-    known = {row.id for row in subjects}
+    if not ids:
+        return
+    known = set(subject_ids(subjects))
     problems = []
     for sid in ids:
         if sid not in known:

@@ -100,9 +100,13 @@ def subject_extra(context: KeyContext, stage_name: str, subjects: Sequence[Any])
     index: dict[str, Any] = {}
 
     def extra(sid: str) -> dict[str, Any]:
-        if not index:
-            index.update((row.id, row) for row in subjects)
-        row = index.get(sid)
+        by_id = getattr(subjects, "by_id", None)
+        if by_id is not None:
+            row = by_id(sid)
+        else:
+            if not index:
+                index.update((row.id, row) for row in subjects)
+            row = index.get(sid)
         if row is None:
             return {}
         fields = row.fields if stage.fields is None else {c: row.fields.get(c) for c in stage.fields}

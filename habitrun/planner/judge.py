@@ -11,13 +11,14 @@ whose upstream result was since replaced by a different one is made stale
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from typing import Any
 
 from habitrun.planner.decision import Reason, Stored, SubjectStatus, decisions
 from habitrun.planner.explain import explain, package_changes
 from habitrun.planner.stageplan import GROUP_SUBJECT, StagePlan
 from habitrun.store.checkpoint import CheckpointStore
+from habitrun.store.queries import SEP
 
 
 def judge(
@@ -49,7 +50,7 @@ def _apply(plan: StagePlan, candidates: list[str], groups: dict[Stored, list[str
     table = decisions(plan.policy)
     status, reasons = plan.status, plan.reasons
     usual = table[(Stored.DONE, False)]  # a success under its key: the subjects in no group
-    status.update(dict.fromkeys(candidates, usual.status))
+    status.update(_all_as(candidates, usual.status))
     if usual.reason is not None:  # resume is off: every subject stored is forced, and says so
         grouped = {sid for sids in groups.values() for sid in sids}
         reasons.update(_texts(usual.reason, plan, [sid for sid in candidates if sid not in grouped], details))
@@ -69,6 +70,18 @@ def _apply(plan: StagePlan, candidates: list[str], groups: dict[Stored, list[str
                 reasons.pop(sid, None)
 
 
+_all_as_memo: list[Any] = [None, None, None]  # [candidates, status, dict]: stages share their subjects
+
+
+def _all_as(candidates: list[str], status: SubjectStatus) -> dict[str, SubjectStatus]:
+    """candidate -> ``status``, to copy from: made once for the stages that share a list of
+    candidates (a copy of a dict costs a tenth of making it)."""
+    memo = _all_as_memo
+    if memo[0] is not candidates or memo[1] is not status or len(memo[2]) != len(candidates):
+        memo[:] = [candidates, status, dict.fromkeys(candidates, status)]
+    return memo[2]
+
+
 def _texts(reason: Reason, plan: StagePlan, sids: list[str], details: Mapping[str, Any]) -> dict[str, list[str]]:
     """sid -> its reason in words; ``details``: what the store said about each (see :func:`_stored`)."""
     if reason is Reason.KEY_CHANGED:
@@ -84,14 +97,12 @@ def _stored(plan: StagePlan, candidates: list[str], probe: Mapping[str, str], st
     """The candidates that are not simply a success under their key, grouped by what the store
     holds for them (each group in candidate order); and sid -> detail: why a result is
     unreadable, or the components of the subject's record under another key."""
-    done, failed = store.stage_outcomes(plan.name, prefix) if store is not None else (set(), set())
-    if len(candidates) == len(probe) and done.issuperset(probe.values()):
-        not_done: list[str] = []
-    else:
-        not_done = [sid for sid in candidates if probe[sid] not in done]
+    done: Container[str]
+    done, failed = _outcomes(plan.name, candidates, probe, store, prefix)
+    not_done = [] if done is _ALL else [sid for sid in candidates if probe[sid] not in done]
     groups: dict[Stored, list[str]] = {}
     if not_done and store is not None and plan.legacy_prefix is not None and plan.policy.resume:
-        done, failed = _adopt(plan, not_done, probe, store, done, failed)
+        done, failed = _adopt(plan, not_done, probe, store, done, failed)  # type: ignore[arg-type]  # not _ALL
         not_done = [sid for sid in not_done if probe[sid] not in done]  # an adopted failure stays failed
     details: dict[str, Any] = {}
     bad = store.unreadable(plan.name, prefix) if store is not None else {}
@@ -109,6 +120,43 @@ def _stored(plan: StagePlan, candidates: list[str], probe: Mapping[str, str], st
     else:
         groups[Stored.NOTHING] = missing
     return groups, details
+
+
+class _Everything:
+    """What the store holds when it holds every candidate's probe, done (see :func:`_outcomes`)."""
+
+    def __contains__(self, probe: object) -> bool:
+        return True
+
+
+_ALL = _Everything()
+_expected_memo: list[Any] = [None, None, None]  # [candidates, probe, their text]: stages share them
+
+
+def _outcomes(name: str, candidates: list[str], probe: Mapping[str, str], store: CheckpointStore | None,
+              prefix: str) -> tuple[Container[str], set[str]]:
+    """(done, failed) probes of the stage in the store; done is ``_ALL`` when the store holds a
+    success for every candidate and nothing else in the stage's range.
+
+    That, the usual case, is decided by comparing the store's joined text of the range with
+    the probes joined in the same order (by subject id: the order of the stage's index),
+    instead of a set of a million keys per stage.
+    """
+    if store is None:
+        return set(), set()
+    done_text, failed_text = store.outcome_texts(name, prefix)
+    if done_text and not failed_text and candidates and len(candidates) == len(probe):
+        memo = _expected_memo
+        if memo[0] is not candidates or memo[1] is not probe or len(memo[2]) != len(done_text):
+            in_order = getattr(probe, "in_id_order", None)
+            text = in_order(candidates, SEP) if in_order is not None else None
+            if text is None:
+                text = SEP.join(map(probe.__getitem__, sorted(candidates)))
+            memo[:] = [candidates, probe, text]
+        if done_text == memo[2]:
+            return _ALL, set()
+    done = set(done_text.split(SEP)) if done_text else set()
+    return done, set(failed_text.split(SEP)) if failed_text else set()
 
 
 def _missing(plan: StagePlan, missing: list[str], store: CheckpointStore, groups: dict[Stored, list[str]],

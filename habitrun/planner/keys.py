@@ -23,7 +23,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
 from collections.abc import Iterator, Mapping, Sequence
+from functools import partial
+from itertools import islice
 from operator import itemgetter
 from typing import Any
 
@@ -106,12 +109,96 @@ def subject_part(subject_id: str, fields: Mapping[str, Any]) -> str:
     return _subject_part(subject_id, _row_text(fields, []))
 
 
-def subject_parts(subjects: Sequence[Any]) -> dict[str, str]:
+def _bulk_parts(subjects: Any) -> Mapping[str, str] | None:
+    """:func:`subject_parts` of a table that knows its columns (a plain CSV manifest): the text of
+    every row made and hashed in C-level passes, no per-subject Python code. None when the
+    table cannot say (or an id cannot be encoded as plain UTF-8: see :func:`_part_digest`)."""
+    columns = getattr(subjects, "columns", None)
+    cols = columns() if callable(columns) else None
+    if not cols or not all(type(c) is str for c in cols):
+        return None
+    order = tuple(sorted(cols))
+    head = "c" + repr(order)  # the text _row_text gives a row of these columns, values following
+    template = "{}:{}\x00" + head.replace("{", "{{").replace("}", "}}") + "{!r}"
+    ids, values = subjects.ids, subjects.values(order)
+    if subjects.plain_values():  # each value's repr is itself in quotes: a row's repr is a join
+        template = template[:-4] + ("('{}',)" if len(order) == 1 else "('{}')")
+        values = map("', '".join, values)
+    texts = map(template.format, map(len, ids), ids, values)
+    hexdigest, blake = hashlib.blake2b.hexdigest, partial(hashlib.blake2b, digest_size=SUBJECT_BYTES)
+    digests = map(hexdigest, map(blake, map(str.encode, texts)))
+    parts: list[str] = []
+    try:
+        # In slices: between two, another thread (the store reading ahead) may take Python's lock.
+        while len(parts) < len(ids):
+            parts.extend(islice(digests, 50_000))
+    except UnicodeEncodeError:
+        return None
+    return SubjectParts(ids, parts)
+
+
+class SubjectParts(Mapping[str, str]):
+    """subject id -> subject part, kept as two lists (ids, parts) in subject order.
+
+    A plan where everything is done never looks a subject up: it compares all the parts at
+    once with the store (:meth:`in_id_order`). So the id -> position index is built only at
+    the first lookup, not for every plan of a million subjects."""
+
+    __slots__ = ("_ids", "_parts", "_index")
+
+    def __init__(self, ids: list[str], parts: list[str]) -> None:
+        self._ids, self._parts = ids, parts
+        self._index: dict[str, int] | None = None
+
+    def _position(self, sid: str) -> int | None:
+        if self._index is None:
+            self._index = dict(zip(self._ids, range(len(self._ids)), strict=True))
+        return self._index.get(sid)
+
+    def __getitem__(self, sid: str) -> str:
+        i = self._position(sid)
+        if i is None:
+            raise KeyError(sid)
+        return self._parts[i]
+
+    def get(self, sid: str, default: Any = None) -> Any:
+        i = self._position(sid)
+        return default if i is None else self._parts[i]
+
+    def __contains__(self, sid: object) -> bool:
+        return isinstance(sid, str) and self._position(sid) is not None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._ids)
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def values(self) -> Any:
+        return list(self._parts)
+
+    def items(self) -> Any:
+        return list(zip(self._ids, self._parts, strict=True))
+
+    def in_id_order(self, ids: Sequence[str], sep: str) -> str | None:
+        """The parts joined by ``sep`` in the order of their sorted ids, when ``ids`` are the
+        ids of these parts (the same list); else None."""
+        if ids is not self._ids:
+            return None
+        if all(map(operator.lt, ids, islice(ids, 1, None))):
+            return sep.join(self._parts)
+        return sep.join(map(self._parts.__getitem__, sorted(range(len(ids)), key=ids.__getitem__)))
+
+
+def subject_parts(subjects: Sequence[Any]) -> Mapping[str, str]:
     """subject id -> subject part for every subject (``row.id``, ``row.fields``), once per plan.
 
     The same text as :func:`subject_part`, with the common case (a row with the manifest's
     columns) inlined: this loop is most of the cost of planning a large study.
     """
+    bulk = _bulk_parts(subjects)
+    if bulk is not None:
+        return bulk
     memo: list = []
     out: dict[str, str] = {}
     digest = _part_digest

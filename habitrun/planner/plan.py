@@ -47,6 +47,7 @@ from habitrun.planner.keys import (
 from habitrun.planner.stageplan import GROUP_KINDS, GROUP_SUBJECT, UNAVAILABLE, Plan, StagePlan
 from habitrun.spec.policy import RunPolicy
 from habitrun.spec.recipe import Recipe, StageSpec
+from habitrun.spec.subjects import subject_ids
 from habitrun.store.checkpoint import CheckpointStore
 
 if TYPE_CHECKING:
@@ -129,7 +130,7 @@ def _plan_map(head: _Stage, subjects: Sequence[Any], store: CheckpointStore | No
     if digests is None and (info is None or info.variant is None):
         digests = _digests_for(subjects)  # the subject parts of every stage keyed on the whole row
     rows = digests if digests is not None else {}
-    ids = list(rows) if len(rows) == len(subjects) else [row.id for row in subjects]
+    ids = subject_ids(subjects)
     needs = head.needs
     prefix = stage_part(
         head.identity, [up.keys[GROUP_SUBJECT] if up.is_group else up.key_prefix for up in needs.values()]
@@ -251,7 +252,8 @@ def _members(needs: Mapping[str, StagePlan], subjects: Sequence[Any]) -> list[st
     gone: set[str] = set()
     for up in map_needs:
         gone |= up.unavailable()
-    return [row.id for row in subjects if row.id not in gone]
+    ids = subject_ids(subjects)
+    return [sid for sid in ids if sid not in gone] if gone else list(ids)
 
 
 def _legacy_group_key(head: _Stage, members: list[str]) -> str | None:
@@ -273,6 +275,19 @@ def fingerprints(loaded: LoadedRecipe) -> dict[str, str]:
     return _fingerprints(loaded)
 
 
+def _outcome_ranges(recipe: Recipe, prints: Mapping[str, str], context: KeyContext) -> list[tuple[str, str]]:
+    """(stage, key prefix) of the map stages whose stage part is known before any subject part
+    (keyed on the whole row, needing map stages only): what :func:`judge` will ask the store."""
+    prefixes: dict[str, str] = {}
+    for stage in recipe.ordered_stages():
+        info = context.stages[stage.name]
+        if stage.kind in GROUP_KINDS or info.variant is not None or any(n not in prefixes for n in stage.needs):
+            continue
+        fingerprint = info.fingerprint if info is not None else prints[stage.name]
+        prefixes[stage.name] = stage_part(stage_identity(stage, fingerprint), [prefixes[n] for n in stage.needs])
+    return [(name, prefix + ".") for name, prefix in prefixes.items()]
+
+
 def plan_study(
     loaded: LoadedRecipe,
     subjects: Sequence[Any],
@@ -290,6 +305,8 @@ def plan_study(
         context = build_context(loaded, subjects, store)
     prints = prints if prints is not None else {n: info.fingerprint for n, info in context.stages.items()}
     recipe = loaded.recipe
+    if store is not None:
+        store.prefetch_outcomes(_outcome_ranges(recipe, prints, context))
     digests = subject_parts(subjects) if any(i.variant is None for i in context.stages.values()) else None
     stages: dict[str, StagePlan] = {}
     for stage in recipe.ordered_stages():

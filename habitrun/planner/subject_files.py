@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from habitrun.errors import RecipeError
 from habitrun.planner.files import MAX_PROBLEMS, Digester, FileProblem
-from habitrun.spec.subjects import row_locations
+from habitrun.spec.subjects import row_locations, subject_ids
 from habitrun.store.filetable import DIGEST_CHARS
 
 if TYPE_CHECKING:
@@ -139,13 +139,13 @@ def scan_subjects(
     other cell goes through :meth:`Digester.entry`.
     """
     cols = tuple(sorted(columns))
-    ids = [row.id for row in subjects]
+    ids = subject_ids(subjects)
     scan = _Scan(str(loaded.root) + os.sep, ids, digester)
     per_column: list[list[str]] = []
     per_column_l: list[list[str]] = []
     fast = digester.content and not digester.deep and not lenient
     for col in cols:
-        texts, sizes = scan.column(col, [row.fields.get(col) for row in subjects], columns[col], fast)
+        texts, sizes = scan.column(col, _column(subjects, col), columns[col], fast)
         per_column.append(texts)
         per_column_l.append(sizes)
         if len(scan.problems) >= MAX_PROBLEMS:
@@ -235,3 +235,9 @@ class _Scan:
             cs.append(c)
             ls.append(lt)
         return ";".join(cs), ";".join(ls)
+
+
+def _column(subjects: Sequence[Any], name: str) -> list[Any]:
+    """Every subject's value in column ``name`` (a SubjectTable's without building its rows)."""
+    column = getattr(subjects, "column", None)
+    return column(name) if column is not None else [row.fields.get(name) for row in subjects]

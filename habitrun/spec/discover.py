@@ -265,7 +265,7 @@ def _under(loaded: LoadedRecipe, text: str) -> Path:
 def _join(loaded: LoadedRecipe, manifest: str, rows: list[tuple[str, dict[str, Any]]], report: Discovery,
           join: str) -> list[tuple[str, dict[str, Any]]]:
     """Add the manifest's columns to each found subject, matched on ``join``."""
-    from habitrun.spec.subjects import read_manifest
+    from habitrun.spec.manifest import read_manifest
 
     where = loaded.locate(("subjects", "manifest")) if loaded.recipe.subjects.manifest else loaded.locate(("subjects", "bids"))
     path = _under(loaded, manifest)
@@ -276,7 +276,7 @@ def _join(loaded: LoadedRecipe, manifest: str, rows: list[tuple[str, dict[str, A
         table = read_manifest(path, manifest)
     except OSError as exc:
         raise RecipeError([f"{where}: cannot read {str(path)!r}: {exc.strerror or exc}"]) from None
-    columns = table.columns if table.columns is not None else list(dict.fromkeys(k for _, r in table.rows for k in r))
+    columns = table.columns if table.columns is not None else list(dict.fromkeys(k for _, r in table.pairs() for k in r))
     if join not in columns:
         raise RecipeError([f"{where}: manifest {manifest} has no column {join!r} to join the found subjects on "
                            f"(its columns: {', '.join(columns)})"])
@@ -285,7 +285,7 @@ def _join(loaded: LoadedRecipe, manifest: str, rows: list[tuple[str, dict[str, A
         raise RecipeError([f"{where}: manifest column(s) {', '.join(map(repr, clash))} are also found on disk: rename them"])
     by_id: dict[str, dict[str, Any]] = {}
     problems = []
-    for ref, record in table.rows:
+    for ref, record in table.pairs():
         key = str(record.get(join, "")).strip()
         if key in by_id:
             problems.append(f"{table.source}:{table.line(ref)}:1: {join}: duplicate id {key!r}")

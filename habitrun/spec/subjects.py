@@ -1,37 +1,29 @@
-"""Subjects from a manifest file (.csv .tsv .json .jsonl .yaml), filtered by include/exclude.
+"""The subjects a run uses: from a manifest file or found on disk, filtered by include/exclude.
 
-Subject ids later become file and folder names (logs, work folders), so each
-row also gets :func:`safe_name`: the id itself when it is a plain name, an
-encoding that cannot leave its folder otherwise. CSV/TSV go through the csv
-module (100,000 rows in a fraction of a second); problems name the manifest
-file and line.
+The manifest is read by :mod:`habitrun.spec.manifest`. Subject ids later become
+file and folder names (logs, work folders), so each row also gets a safe name
+(:mod:`habitrun.spec.safenames`): the id itself when it is a plain name, an
+encoding that cannot leave its folder otherwise.
 """
 
 from __future__ import annotations
 
-import csv
 import difflib
-import hashlib
-import io
-import json
+import operator
 import re
-import sys
-from collections.abc import Callable
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from itertools import islice
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, overload
 
 from habitrun.errors import RecipeError
 from habitrun.spec.gcpause import gc_paused
+from habitrun.spec.manifest import ManifestRows, id_text, read_manifest
+from habitrun.spec.safenames import all_plain, apart_without_case, safe_names
 
 if TYPE_CHECKING:
     from habitrun.spec.discover import Discovery
     from habitrun.spec.loader import LoadedRecipe
-
-FORMATS = (".csv", ".tsv", ".json", ".jsonl", ".ndjson", ".yaml", ".yml")
-MAX_SAFE_LEN = 100
-_PLAIN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
-_KEEP = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
-
 
 class SubjectRow(NamedTuple):
     """One subject: its id, its manifest row, and its file-name-safe id."""
@@ -41,8 +33,13 @@ class SubjectRow(NamedTuple):
     safe: str
 
 
-class SubjectTable(list):  # type: ignore[type-arg]
-    """The subjects a run uses (a list of SubjectRow), and what is known about its columns.
+class SubjectTable(Sequence[SubjectRow]):
+    """The subjects a run uses (a sequence of SubjectRow), and what is known about its columns.
+
+    Kept as columns, not a row object per subject: ``ids``, ``safe_names`` and the manifest's
+    rows (a plain CSV's lines), a row's fields built when it is looked at. A million
+    subjects then cost their ids and lines, and the planner reads their values in bulk
+    (:meth:`columns`, :meth:`values`).
 
     ``file_columns`` name the columns whose values are paths of input files
     (every column discovery fills from the disk): the planner may fingerprint
@@ -50,228 +47,143 @@ class SubjectTable(list):  # type: ignore[type-arg]
     (found, incomplete, the columns), None for a manifest.
     """
 
-    def __init__(self, rows: Any = (), *, file_columns: tuple[str, ...] = (),
+    def __init__(self, rows: Iterable[SubjectRow] = (), *, file_columns: tuple[str, ...] = (),
                  required: tuple[str, ...] = (), discovery: Discovery | None = None) -> None:
-        super().__init__(rows)
+        rows = list(rows)
+        self.ids: list[str] = [row.id for row in rows]
+        self.safe_names: list[str] = [row.safe for row in rows]
+        self._manifest: ManifestRows | None = None
+        self._fields: list[dict[str, Any]] | None = [row.fields for row in rows]
+        self._index: Sequence[int] = range(len(rows))
+        self._by_id: dict[str, int] | None = None
         self.file_columns = tuple(file_columns)
         self.required = tuple(required)
         self.discovery = discovery
+
+    @classmethod
+    def of_manifest(cls, manifest: ManifestRows, ids: list[str], safe: list[str],
+                    index: Sequence[int] | None = None) -> SubjectTable:
+        """The subjects of manifest rows ``index`` (default: every row), with their ids and safe names."""
+        table = cls()
+        table.ids, table.safe_names, table._manifest, table._fields = ids, safe, manifest, None
+        table._index = index if index is not None else range(len(ids))
+        return table
+
+    def fields(self, i: int) -> dict[str, Any]:
+        """The manifest row of subject ``i``."""
+        if self._fields is not None:
+            return self._fields[i]
+        assert self._manifest is not None
+        return self._manifest.fields(self._index[i])
+
+    def columns(self) -> tuple[str, ...] | None:
+        """The columns every subject's row has, in order, when that is known without reading
+        the rows (a plain CSV/TSV); None otherwise."""
+        if self._manifest is not None and self._manifest.lines is not None and self._manifest.columns:
+            return tuple(self._manifest.columns)
+        return None
+
+    def plain_values(self) -> bool:
+        """Whether every value is text whose repr is itself in quotes (no ``'``, backslash or
+        control character): the planner then makes a row's text by joining its values."""
+        return self.columns() is not None and self._manifest is not None and self._manifest.plain_values
+
+    def values(self, columns: Sequence[str]) -> Iterator[tuple[Any, ...]]:
+        """Every subject's values in ``columns`` (given by :meth:`columns`), as tuples, in order."""
+        assert self._manifest is not None
+        return self._manifest.values(self._index, columns)
+
+    def column(self, name: str) -> list[Any]:
+        """Every subject's value in column ``name`` (None where its row has none)."""
+        if self._fields is None and self._manifest is not None and isinstance(self._index, range):
+            return self._manifest.column(name)
+        return [self.fields(i).get(name) for i in range(len(self.ids))]
+
+    def by_id(self, subject_id: str) -> SubjectRow | None:
+        """The subject with ``subject_id``, or None."""
+        if self._by_id is None:
+            self._by_id = {sid: i for i, sid in enumerate(self.ids)}
+        i = self._by_id.get(subject_id)
+        return None if i is None else self[i]
+
+    def subset(self, positions: list[int]) -> SubjectTable:
+        """The subjects at ``positions``, in that order (include/exclude)."""
+        table = SubjectTable(file_columns=self.file_columns, required=self.required, discovery=self.discovery)
+        table.ids = [self.ids[i] for i in positions]
+        table.safe_names = [self.safe_names[i] for i in positions]
+        table._manifest = self._manifest
+        if self._fields is not None:
+            table._fields = [self._fields[i] for i in positions]
+        else:
+            table._fields, table._index = None, [self._index[i] for i in positions]
+        return table
+
+    @overload
+    def __getitem__(self, i: int) -> SubjectRow: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[SubjectRow]: ...
+
+    def __getitem__(self, i: int | slice) -> SubjectRow | list[SubjectRow]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self.ids)))]
+        sid = self.ids[i]  # IndexError past the end, as a list
+        return SubjectRow(sid, self.fields(i if i >= 0 else len(self.ids) + i), self.safe_names[i])
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __iter__(self) -> Iterator[SubjectRow]:
+        for i, (sid, safe) in enumerate(zip(self.ids, self.safe_names, strict=True)):
+            yield SubjectRow(sid, self.fields(i), safe)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (list, tuple, SubjectTable)):
+            return len(self) == len(other) and list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as the list it replaces
+
+    def __repr__(self) -> str:
+        return f"SubjectTable({len(self.ids)} subjects)"
 
     def file_needs(self) -> dict[str, bool]:
         """file column -> required (every row has a file there), as the planner's file keys want it."""
         return {column: column in self.required for column in self.file_columns}
 
 
-def safe_name(subject_id: str) -> str:
-    """A file-name-safe, unique, deterministic name for ``subject_id``.
+class _RowsById(Mapping[str, SubjectRow]):
+    """id -> row of a SubjectTable, each row built when it is looked up."""
 
-    Plain ids (letters, digits, ``_ . -``, not starting with ``.`` or ``-``,
-    at most 100 characters) are returned unchanged. Any other id is
-    percent-encoded (``%`` never appears in a plain id, so encoded and plain
-    names cannot collide); a name still too long keeps a prefix and adds
-    ``~`` and a hash of the whole id. The result never contains ``/``, NUL or
-    a control character and is never ``.`` or ``..``.
-    """
-    if _PLAIN.fullmatch(subject_id) and len(subject_id) <= MAX_SAFE_LEN:
-        return subject_id
-    out = []
-    for i, ch in enumerate(subject_id):
-        if ch in _KEEP and not (i == 0 and ch in ".-"):
-            out.append(ch)
-        else:
-            out.extend(f"%{b:02X}" for b in ch.encode("utf-8", "surrogatepass"))
-    encoded = "".join(out) or "%"
-    if len(encoded) <= MAX_SAFE_LEN:
-        return encoded
-    digest = hashlib.sha256(subject_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-    prefix = encoded[:MAX_SAFE_LEN - 17]
-    prefix = prefix[: prefix.rfind("%")] if "%" in prefix[-2:] else prefix  # no cut escape
-    return f"{prefix}~{digest}"
+    def __init__(self, table: SubjectTable) -> None:
+        self._table = table
+
+    def __getitem__(self, subject_id: str) -> SubjectRow:
+        row = self._table.by_id(subject_id)
+        if row is None:
+            raise KeyError(subject_id)
+        return row
+
+    def __contains__(self, subject_id: object) -> bool:
+        return isinstance(subject_id, str) and self._table.by_id(subject_id) is not None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._table.ids)
+
+    def __len__(self) -> int:
+        return len(self._table.ids)
 
 
-class _Rows:
-    """Raw rows of a manifest; each row's ``ref`` maps to its line only when a message needs it."""
-
-    def __init__(self, source: str, lines: Callable[[], list[int] | None] | None = None) -> None:
-        self.source = source
-        self.rows: list[tuple[int, dict[str, Any]]] = []
-        self.columns: list[str] | None = None
-        self._lines = lines
-        self._known: list[int] | None = None
-
-    def line(self, ref: int) -> int:
-        """Line of the row with ``ref`` (CSV: the ref is the line; lists: the item's index)."""
-        if self._lines is None:
-            return ref
-        if self._known is None:
-            self._known = self._lines() or []
-        return self._known[ref] if ref < len(self._known) else ref + 1
+def rows_by_id(subjects: Sequence[SubjectRow]) -> Mapping[str, SubjectRow]:
+    """id -> row of ``subjects`` (a SubjectTable's rows built only when looked up)."""
+    if isinstance(subjects, SubjectTable):
+        return _RowsById(subjects)
+    return {row.id: row for row in subjects}
 
 
-def _read_delimited(text: str, source: str, delimiter: str) -> _Rows:
-    out = _Rows(source)
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
-    problems: list[str] = []
-    try:
-        header = next((row for row in reader if any(cell.strip() for cell in row)), None)
-        if header is None:
-            return out
-        header = [c.strip() for c in header]
-        dupes = sorted({c for c in header if header.count(c) > 1})
-        if dupes:
-            raise RecipeError([f"{source}:{reader.line_num}:1: header: column {dupes[0]!r} appears twice"])
-        width = len(header)
-        rows = out.rows
-        for row in reader:
-            if len(row) == width:
-                rows.append((reader.line_num, dict(zip(header, row, strict=False))))
-            elif row and any(cell.strip() for cell in row):
-                problems.append(f"{source}:{reader.line_num}:1: row has {len(row)} fields, the header has {width}")
-                if len(problems) >= 20:
-                    break
-    except csv.Error as exc:
-        raise RecipeError([f"{source}:{reader.line_num}:1: cannot read the manifest: {exc}"]) from None
-    if problems:
-        raise RecipeError(problems)
-    out.columns = header
-    return out
-
-
-class _LongInt(str):
-    """A JSON integer with more digits than Python converts (sys.get_int_max_str_digits)."""
-
-
-class _IntReader:
-    """json's ``parse_int``: too long an integer becomes a _LongInt, reported with its row."""
-
-    def __init__(self) -> None:
-        self.long = False
-
-    def __call__(self, text: str) -> int | _LongInt:
-        try:
-            return int(text)
-        except ValueError:  # "Exceeds the limit (4300 digits) for integer string conversion"
-            self.long = True
-            return _LongInt(text)
-
-
-def _long_int_in(value: Any) -> _LongInt | None:
-    if isinstance(value, _LongInt):
-        return value
-    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
-    return next((found for item in items if (found := _long_int_in(item)) is not None), None)
-
-
-def _long_int_problem(record: dict[Any, Any], where: str) -> str | None:
-    for key, value in record.items():
-        found = _long_int_in(value)
-        if found is not None:
-            digits = len(found.lstrip("-"))
-            limit = sys.get_int_max_str_digits()
-            return (f"{where}.{key}: a number of {digits} digits is too long to read (at most {limit}); "
-                    "write a long id as a string in quotes")
-    return None
-
-
-def _read_records(records: Any, source: str, lines: Callable[[], list[int] | None], long_ints: bool = False) -> _Rows:
-    out = _Rows(source, lines)
-    if not isinstance(records, list):
-        raise RecipeError([f"{source}:1:1: expected a list of objects (one per subject), got {type(records).__name__}"])
-    problems = []
-    for i, record in enumerate(records):
-        if not isinstance(record, dict):
-            problems.append(f"{source}:{out.line(i)}:1: [{i}]: expected an object (one subject's fields), got {type(record).__name__}")
-            if len(problems) >= 20:
-                break
-            continue
-        long_int = _long_int_problem(record, f"{source}:{out.line(i)}:1: [{i}]") if long_ints else None
-        if long_int is not None:
-            problems.append(long_int)
-            continue
-        out.rows.append((i, {str(k): v for k, v in record.items()}))
-    if problems:
-        raise RecipeError(problems)
-    return out
-
-
-def _read_json(text: str, source: str) -> _Rows:
-    ints = _IntReader()
-    try:
-        data = json.loads(text, parse_int=ints)
-    except json.JSONDecodeError as exc:
-        raise RecipeError([f"{source}:{exc.lineno}:{exc.colno}: not valid JSON: {exc.msg}"]) from None
-    return _read_records(data, source, lambda: _json_item_lines(text), ints.long)
-
-
-def _json_item_lines(text: str) -> list[int] | None:
-    """Line of each top-level item of a JSON list, found by decoding it again (error path only)."""
-    decoder = json.JSONDecoder(parse_int=_IntReader())
-    lines: list[int] = []
-    line, counted = 1, 0
-    i = text.index("[") + 1
-    try:
-        while True:
-            while i < len(text) and text[i] in " \t\r\n,":
-                i += 1
-            if i >= len(text) or text[i] == "]":
-                return lines
-            line += text.count("\n", counted, i)
-            counted = i
-            lines.append(line)
-            _, i = decoder.raw_decode(text, i)
-    except (ValueError, IndexError):
-        return None
-
-
-def _read_jsonl(text: str, source: str) -> _Rows:
-    records, lines, ints = [], [], _IntReader()
-    for n, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            records.append(json.loads(line, parse_int=ints))
-        except json.JSONDecodeError as exc:
-            raise RecipeError([f"{source}:{n}:{exc.colno}: not valid JSON: {exc.msg}"]) from None
-        lines.append(n)
-    return _read_records(records, source, lambda: lines, ints.long)
-
-
-def _read_yaml(text: str, source: str) -> _Rows:
-    from habitrun.spec.yamlpos import load_with_positions
-
-    data, positions = load_with_positions(text, source)
-    if data is None:
-        data = []
-    count = len(data) if isinstance(data, list) else 0
-    return _read_records(data, source, lambda: [positions.locate((i,))[0] for i in range(count)])
-
-
-def read_manifest(path: Path, source: str) -> _Rows:
-    """Rows of a manifest file by its suffix; a RecipeError for anything unreadable."""
-    suffix = path.suffix.lower()
-    if suffix not in FORMATS:
-        raise RecipeError([f"{source}: unknown manifest format {suffix or '(no suffix)'!r}; use one of {', '.join(FORMATS)}"])
-    try:
-        text = path.read_bytes().decode("utf-8-sig")
-    except UnicodeDecodeError:
-        raise RecipeError([f"{source}: the manifest is not UTF-8 text"]) from None
-    if suffix in (".csv", ".tsv"):
-        return _read_delimited(text, source, "," if suffix == ".csv" else "\t")
-    if suffix == ".json":
-        return _read_json(text, source)
-    if suffix in (".jsonl", ".ndjson"):
-        return _read_jsonl(text, source)
-    return _read_yaml(text, source)
-
-
-def _id_text(value: Any) -> str | None:
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, str) and value.strip():
-        return value.strip()
-    return None
+def subject_ids(subjects: Sequence[SubjectRow]) -> list[str]:
+    """The ids of ``subjects`` (a SubjectTable's without building its rows)."""
+    ids = getattr(subjects, "ids", None)
+    return ids if isinstance(ids, list) else [row.id for row in subjects]
 
 
 def load_subjects(loaded: LoadedRecipe) -> SubjectTable:
@@ -285,7 +197,7 @@ def load_subjects(loaded: LoadedRecipe) -> SubjectTable:
     with gc_paused():
         if loaded.recipe.subjects.found:
             return _found_subjects(loaded)
-        return SubjectTable(_load_subjects(loaded))
+        return _load_subjects(loaded)
 
 
 def _found_subjects(loaded: LoadedRecipe) -> SubjectTable:
@@ -297,29 +209,30 @@ def _found_subjects(loaded: LoadedRecipe) -> SubjectTable:
     problems = _filter_problems(loaded, known)
     if problems:
         raise RecipeError(problems)
-    rows = _apart_without_case(_with_safe_names([SubjectRow(sid, row, sid) for sid, row in found]))
-    if not rows:
+    ids = [sid for sid, _ in found]
+    safe = apart_without_case(ids, safe_names(ids))
+    if not ids:
         raise RecipeError([f"{loaded.locate(('subjects', 'required'))}: every subject found is incomplete: "
                            f"{report.incomplete_text()}"])
-    rows = _filtered(loaded, rows)
-    if not rows:
+    rows = [SubjectRow(sid, row, name) for (sid, row), name in zip(found, safe, strict=True)]
+    table = _filtered(loaded, SubjectTable(rows, file_columns=report.file_columns,
+                                           required=loaded.recipe.subjects.required, discovery=report))
+    if not table:
         raise RecipeError([f"{loaded.locate(('subjects',))}: include/exclude leave no subjects to run"])
-    return SubjectTable(rows, file_columns=report.file_columns, required=loaded.recipe.subjects.required,
-                        discovery=report)
+    return table
 
 
-def _filtered(loaded: LoadedRecipe, rows: list[SubjectRow]) -> list[SubjectRow]:
+def _filtered(loaded: LoadedRecipe, table: SubjectTable) -> SubjectTable:
     spec = loaded.recipe.subjects
-    if spec.include is not None:
-        wanted = set(spec.include)
-        rows = [r for r in rows if r.id in wanted]
-    if spec.exclude:
-        dropped = set(spec.exclude)
-        rows = [r for r in rows if r.id not in dropped]
-    return rows
+    if spec.include is None and not spec.exclude:
+        return table
+    wanted = set(spec.include) if spec.include is not None else None
+    dropped = set(spec.exclude)
+    return table.subset([i for i, sid in enumerate(table.ids)
+                         if (wanted is None or sid in wanted) and sid not in dropped])
 
 
-def _load_subjects(loaded: LoadedRecipe) -> list[SubjectRow]:
+def _load_subjects(loaded: LoadedRecipe) -> SubjectTable:
     spec = loaded.recipe.subjects
     assert spec.manifest is not None  # the model requires one without 'from' / 'bids'
 
@@ -334,75 +247,61 @@ def _load_subjects(loaded: LoadedRecipe) -> list[SubjectRow]:
     except OSError as exc:
         raise RecipeError([f"{where}: cannot read {str(path)!r}: {exc.strerror or exc}"]) from None
     source, id_col = table.source, spec.id
-    if not table.rows:
+    if not len(table):
         raise RecipeError([f"{source}: the manifest has no subjects (rows)"])
     if table.columns is not None and id_col not in table.columns:
         close = difflib.get_close_matches(id_col, table.columns, n=1)
         hint = f" (did you mean {close[0]!r}? set subjects.id)" if close else " (set subjects.id)"
         raise RecipeError([f"{source}:1:1: no id column {id_col!r}; columns are {', '.join(table.columns)}{hint}"])
+    values = table.column(id_col)
+    if table.lines is not None and all_plain(values) and _distinct(values):
+        ids, index, safe = values, None, values  # plain ids, each once: the usual case, in bulk
+        problems = _filter_problems(loaded, dict.fromkeys(ids)) if spec.include is not None or spec.exclude else []
+    else:
+        ids, index, problems = _checked_ids(table, id_col, values, loaded)
+        safe = safe_names(ids)
+    if problems:
+        raise RecipeError(problems)
+    safe = apart_without_case(ids, safe, distinct=safe is ids)  # plain ids: their names differ as they do
+    subjects = _filtered(loaded, SubjectTable.of_manifest(table, ids, safe, index))
+    if not subjects:
+        raise RecipeError([f"{loaded.locate(('subjects',))}: include/exclude leave no subjects to run"])
+    return subjects
+
+
+def _distinct(ids: list[str]) -> bool:
+    """Whether no id appears twice: in C-level passes, without a set when the ids are sorted."""
+    if all(map(operator.lt, ids, islice(ids, 1, None))):
+        return True
+    return len(set(ids)) == len(ids)
+
+
+def _checked_ids(table: ManifestRows, id_col: str, values: list[Any],
+                 loaded: LoadedRecipe) -> tuple[list[str], list[int], list[str]]:
+    """Each row's id as text, row by row: (ids, their rows, problems: blank, missing or duplicate ids)."""
+    source = table.source
     problems: list[str] = []
     seen: dict[str, int] = {}
-    rows: list[SubjectRow] = []
-    for ref, fields in table.rows:
-        subject_id = fields.get(id_col)
+    ids: list[str] = []
+    index: list[int] = []
+    for i, value in enumerate(values):
+        subject_id = value
         if type(subject_id) is not str or not subject_id or subject_id != subject_id.strip():
-            subject_id = _id_text(subject_id)  # the slow path: ints, padding, blanks
+            subject_id = id_text(subject_id)  # the slow path: ints, padding, blanks
+        ref = table.ref(i)
         if subject_id is None:
-            got = "missing" if id_col not in fields else f"{fields[id_col]!r}"
+            got = f"{value!r}" if table.lines is not None or id_col in table.fields(i) else "missing"
             problems.append(f"{source}:{table.line(ref)}:1: {id_col}: a subject needs a non-empty text or integer id, got {got}")
         elif subject_id in seen:
             first = table.line(seen[subject_id])
             problems.append(f"{source}:{table.line(ref)}:1: {id_col}: duplicate subject id {subject_id!r} (first on line {first})")
         else:
             seen[subject_id] = ref
-            rows.append(SubjectRow(subject_id, fields, subject_id))  # safe names below
+            ids.append(subject_id)
+            index.append(i)
         if len(problems) >= 20:
             break
-    problems += _filter_problems(loaded, seen)
-    if problems:
-        raise RecipeError(problems)
-    rows = _filtered(loaded, _apart_without_case(_with_safe_names(rows)))
-    if not rows:
-        raise RecipeError([f"{loaded.locate(('subjects',))}: include/exclude leave no subjects to run"])
-    return rows
-
-
-_ALL_PLAIN = re.compile(r"(?:[A-Za-z0-9_][A-Za-z0-9_.\-]{0,%s}\n)*".replace("%s", str(MAX_SAFE_LEN - 1)))
-
-
-def _with_safe_names(rows: list[SubjectRow]) -> list[SubjectRow]:
-    """Rows whose ``safe`` is :func:`safe_name` of their id.
-
-    Ids are nearly always plain names, their own safe names: one regex over all of
-    them (a newline inside an id shows in the count) decides that in a few ms for
-    100,000 subjects, instead of a call per subject.
-    """
-    joined = "".join([row.id + "\n" for row in rows])
-    if joined.count("\n") == len(rows) and _ALL_PLAIN.fullmatch(joined):
-        return rows
-    return [row._replace(safe=safe_name(row.id)) for row in rows]
-
-
-def _apart_without_case(rows: list[SubjectRow]) -> list[SubjectRow]:
-    """Ids equal but for case (``S1``, ``s1``) get ``~`` and a hash of the id in their safe names.
-
-    Their folders and logs would otherwise be one on a case-insensitive file system
-    (macOS, Windows). Done for the whole manifest before include/exclude, so a
-    subject's folder does not depend on which subjects a run selects.
-    """
-    if len({row.safe.casefold() for row in rows}) == len(rows):
-        return rows  # the usual case, decided in one pass
-    seen: dict[str, int] = {}
-    for row in rows:
-        folded = row.safe.casefold()
-        seen[folded] = seen.get(folded, 0) + 1
-    out = []
-    for row in rows:
-        if seen[row.safe.casefold()] > 1:
-            digest = hashlib.sha256(row.id.encode("utf-8", "surrogatepass")).hexdigest()[:8]
-            row = row._replace(safe=f"{row.safe[:MAX_SAFE_LEN - 9]}~{digest}")
-        out.append(row)
-    return out
+    return ids, index, problems + _filter_problems(loaded, seen)
 
 
 def _filter_problems(loaded: LoadedRecipe, known: dict[str, int]) -> list[str]:
@@ -444,8 +343,8 @@ def row_locations(loaded: LoadedRecipe, ids: set[str]) -> dict[str, str]:
     except (OSError, RecipeError):
         return {}
     out: dict[str, str] = {}
-    for ref, fields in table.rows:
-        sid = _id_text(fields.get(spec.id))
+    for ref, fields in table.pairs():
+        sid = id_text(fields.get(spec.id))
         if sid in ids and sid not in out:
             out[sid] = f"{table.source}:{table.line(ref)}"
     return out

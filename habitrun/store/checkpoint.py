@@ -157,6 +157,7 @@ class CheckpointStore(StoreQueries):
         return store
 
     def close(self) -> None:
+        self.end_prefetch()
         if self._cache is not None:
             self._cache.close()
         else:

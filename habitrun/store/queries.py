@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 import pickle
 import sqlite3
-from collections.abc import Iterable
+import threading
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -70,8 +71,39 @@ class StoreQueries:
     def _con(self) -> sqlite3.Connection:
         raise NotImplementedError
 
+    # (thread, {(stage, prefix): outcome texts}) while outcome texts are read ahead (see prefetch_outcomes)
+    _prefetching: tuple[threading.Thread, dict[tuple[str, str], tuple[str | None, str | None]]] | None = None
+
     def _query(self, sql: str, params: tuple = ()) -> list[tuple]:
+        if self._prefetching is not None:
+            self._prefetching[0].join()  # one query at a time on the connection
         return self._con.execute(sql, params).fetchall()
+
+    def prefetch_outcomes(self, ranges: Sequence[tuple[str, str]]) -> None:
+        """Read the :meth:`outcome_texts` of ``ranges`` ((stage, prefix) pairs) in a thread, for
+        the planner to take: SQLite scans a million keys a stage (no Python lock held) while
+        the planner computes them. Only for a read-only store, whose connection allows it; any
+        other query waits for the thread, so the connection serves one at a time."""
+        if not ranges or not getattr(self, "read_only", False) or self._prefetching is not None:
+            return
+        found: dict[tuple[str, str], tuple[str | None, str | None]] = {}
+
+        def scan() -> None:
+            for stage, prefix in ranges:
+                try:
+                    found[(stage, prefix)] = self._outcome_query(stage, prefix)
+                except BaseException:  # noqa: BLE001  # the planner asks again and sees the error
+                    return
+
+        thread = threading.Thread(target=scan, name="habitrun-outcomes", daemon=True)
+        self._prefetching = (thread, found)
+        thread.start()
+
+    def end_prefetch(self) -> None:
+        """Wait for the outcome texts read ahead, and drop those not taken."""
+        if self._prefetching is not None:
+            self._prefetching[0].join()
+            self._prefetching = None
 
     def stage_packages(self, stage: str, *, prefix: str = "", key: str | None = None) -> list[dict]:
         """The distinct package versions kept with the stage's successes under one key, or under
@@ -116,19 +148,37 @@ class StoreQueries:
         covering index, the keys joined in SQL and split in Python: well under a microsecond
         a key, where a row object per key costs ten times that.
         """
+        done_joined, failed_joined = self.outcome_texts(stage, prefix)
+        done = set(done_joined.split(SEP)) if done_joined else set()
+        failed = set(failed_joined.split(SEP)) if failed_joined else set()
+        return done, failed
+
+    def outcome_texts(self, stage: str, prefix: str = "") -> tuple[str | None, str | None]:
+        """The keys of :meth:`stage_outcomes` as SQL joins them (``SEP`` between two), done and
+        failed, in the order of the stage's index: by subject id, then by when written.
+
+        A planner that knows which keys to expect compares one text with another instead of
+        making a set of a million keys (see :func:`habitrun.planner.judge.judge`).
+        """
+        if self._prefetching is not None:
+            self._prefetching[0].join()
+            ahead = self._prefetching[1].pop((stage, prefix), None)
+            if ahead is not None:
+                return ahead
+        return self._outcome_query(stage, prefix)
+
+    def _outcome_query(self, stage: str, prefix: str) -> tuple[str | None, str | None]:
         # One scan of the stage's index range, both lists built in SQL (no sort by ok).
         where, params = key_range(stage, prefix)
         part = "key"
         if prefix:
             part, params = "substr(key, ?)", (len(prefix) + 1, len(prefix) + 1, *params)
-        ((done_joined, failed_joined),) = self._query(
+        ((done_joined, failed_joined),) = self._con.execute(
             f"SELECT group_concat(CASE WHEN ok = 1 THEN {part} END, char(31)),"
             f" group_concat(CASE WHEN ok = 0 THEN {part} END, char(31)) FROM {RECORDS} WHERE {where}",
             params,
-        )
-        done = set(done_joined.split(SEP)) if done_joined else set()
-        failed = set(failed_joined.split(SEP)) if failed_joined else set()
-        return done, failed
+        ).fetchall()
+        return done_joined, failed_joined
 
     def results(self, keys: Iterable[str]) -> dict[str, Any]:
         """Results of the stored successes among ``keys``, each checked against its checksum.

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from habitrun.errors import RecipeError
 from habitrun.spec.loader import load_recipe
-from habitrun.spec.subjects import SubjectRow, load_subjects, safe_name
+from habitrun.spec.safenames import safe_name
+from habitrun.spec.subjects import SubjectRow, load_subjects
 from tests.spec.conftest import BASE, make_study, run_cli
 
 ROWS = [{"subject_id": "S1", "age": 40}, {"subject_id": "S2", "age": 50}, {"subject_id": "S3", "age": 60}]

@@ -1,0 +1,55 @@
+"""Keys made in bulk from a manifest's lines are the keys made row by row, and an all-done
+stage read ahead by the store plans as one read when asked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from habitrun.planner.keys import subject_part, subject_parts
+from habitrun.planner.plan import plan_study
+from habitrun.spec.loader import load_recipe
+from habitrun.spec.subjects import load_subjects
+from habitrun.store.checkpoint import CheckpointStore
+from tests.planner.study import load, run_like_the_engine, write_study
+
+MANIFESTS = {
+    "plain": "subject_id,site,age\nS2,a,1\nS1,b,\n",
+    "odd values": "subject_id,p,q\nS1,it's,a\\b\nS2,é日本,\tx\n",
+    "braces in the header": "subject_id,{x},y}\nS1,1,2\nS2,3,4\n",
+    "single column": "subject_id\nS1\nS2\n",
+    "ids that are not plain": "subject_id,p\nS 1,x\ns1,y\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(MANIFESTS))
+def test_bulk_parts_are_the_parts_of_each_row(tmp_path: Path, name: str) -> None:
+    (tmp_path / "subjects.csv").write_text(MANIFESTS[name])
+    (tmp_path / "ops.py").write_text("def a(subject):\n    return 1\n")
+    (tmp_path / "recipe.yaml").write_text(
+        "habitrun: 1\nname: t\nsubjects: {manifest: subjects.csv}\nstages:\n  - {name: a, operator: 'ops:a'}\n")
+    table = load_subjects(load_recipe(tmp_path / "recipe.yaml"))
+    parts = subject_parts(table)
+    assert dict(parts.items()) == {row.id: subject_part(row.id, row.fields) for row in table}
+    assert dict(parts.items()) == subject_parts(list(table))
+    assert all(parts[row.id] == parts.get(row.id) for row in table) and parts.get("nobody") is None
+
+
+def test_a_read_only_store_reads_ahead_what_the_plan_asks(tmp_path: Path) -> None:
+    recipe = write_study(tmp_path, n=6)
+    loaded, subjects = load(recipe)
+    with CheckpointStore.open(loaded.store_dir()) as store:
+        run_like_the_engine(loaded, subjects, store)
+        expected = plan_study(loaded, subjects, store).to_json()
+    store = CheckpointStore.open(loaded.store_dir(), create=False, read_only=True)
+    try:
+        asked: list[tuple[str, str]] = []
+        prefetch = store.prefetch_outcomes
+        store.prefetch_outcomes = lambda ranges: (asked.extend(ranges), prefetch(ranges))  # type: ignore[method-assign]
+        assert plan_study(loaded, subjects, store).to_json() == expected
+        assert [stage for stage, _ in asked] == ["a", "b"]  # the map stages
+        assert store._prefetching is not None and not store._prefetching[1]  # every text taken
+    finally:
+        store.close()
+    assert store._prefetching is None
