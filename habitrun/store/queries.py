@@ -75,9 +75,14 @@ class StoreQueries:
     _prefetching: tuple[threading.Thread, dict[tuple[str, str], tuple[str | None, str | None]]] | None = None
 
     def _query(self, sql: str, params: tuple = ()) -> list[tuple]:
+        return self._idle_con.execute(sql, params).fetchall()
+
+    @property
+    def _idle_con(self) -> sqlite3.Connection:
+        """The connection, once a read-ahead thread is done with it: one query at a time."""
         if self._prefetching is not None:
-            self._prefetching[0].join()  # one query at a time on the connection
-        return self._con.execute(sql, params).fetchall()
+            self._prefetching[0].join()
+        return self._con
 
     def prefetch_outcomes(self, ranges: Sequence[tuple[str, str]]) -> None:
         """Read the :meth:`outcome_texts` of ``ranges`` ((stage, prefix) pairs) in a thread, for
@@ -195,7 +200,7 @@ class StoreQueries:
             (wanted,),
         )
         if len(rows) < len(keys):  # the rest may be large ones, in diskcache's table (or failures)
-            rows += dc.large_results(self._con, wanted)
+            rows += dc.large_results(self._idle_con, wanted)
         out: dict[str, Any] = {}
         bad: list[tuple[str, str, str, str]] = []
         for key, mode, filename, value, digest, stage, sid in rows:
@@ -224,7 +229,7 @@ class StoreQueries:
               keys: Iterable[str] | None = None) -> list[tuple]:
         """Trace rows (columns: store.trace.TRACE_COLUMNS), oldest first; ``keys``: only those keys'."""
         wanted = None if keys is None else json.dumps(keys if isinstance(keys, list) else list(keys))
-        return read_trace(self._con, run_id=run_id, stage=stage, keys=wanted)
+        return read_trace(self._idle_con, run_id=run_id, stage=stage, keys=wanted)
 
     def durations(self, keys: Iterable[str]) -> dict[str, float]:
         """key -> stored duration of the record (seconds) for the stored ones among ``keys``."""
@@ -260,7 +265,7 @@ class StoreQueries:
                 bad[key[cut:]] = "checksum mismatch"
         if self._cache_used:
             for key, mode, filename, size, stored_at, digest in dc.result_files(
-                self._con, "r." + where.replace(" AND ", " AND r."), params,
+                self._idle_con, "r." + where.replace(" AND ", " AND r."), params,
             ):
                 why = spilled_file_suspect(self._dir, filename, size, stored_at)
                 if why == "changed" and digest is not None:
@@ -329,7 +334,7 @@ class StoreQueries:
 
     def entries(self) -> list[tuple[str, str, str, int]]:
         """Every record as (key, stage, subject, bytes its result takes): what `gc` weighs."""
-        return dc.record_sizes(self._con)
+        return dc.record_sizes(self._idle_con)
 
     def count(self, stage: str | None = None) -> int:
         """How many records are stored (in one stage, or in all)."""
