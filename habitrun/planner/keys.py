@@ -141,32 +141,30 @@ class SubjectParts(Mapping[str, str]):
     """subject id -> subject part, kept as two lists (ids, parts) in subject order.
 
     A plan where everything is done never looks a subject up: it compares all the parts at
-    once with the store (:meth:`in_id_order`). So the id -> position index is built only at
-    the first lookup, not for every plan of a million subjects."""
+    once with the store (:meth:`in_id_order`). So the id -> part dict is built only at the
+    first lookup, not for every plan of a million subjects; a run then looks each subject up
+    several times a stage, a dict lookup each."""
 
-    __slots__ = ("_ids", "_parts", "_index")
+    __slots__ = ("_ids", "_parts", "_by_id")
 
     def __init__(self, ids: list[str], parts: list[str]) -> None:
         self._ids, self._parts = ids, parts
-        self._index: dict[str, int] | None = None
+        self._by_id: dict[str, str] | None = None
 
-    def _position(self, sid: str) -> int | None:
-        if self._index is None:
-            self._index = dict(zip(self._ids, range(len(self._ids)), strict=True))
-        return self._index.get(sid)
+    def _lookup(self) -> dict[str, str]:
+        if self._by_id is None:
+            self._by_id = dict(zip(self._ids, self._parts, strict=True))
+        return self._by_id
 
     def __getitem__(self, sid: str) -> str:
-        i = self._position(sid)
-        if i is None:
-            raise KeyError(sid)
-        return self._parts[i]
+        by_id = self._by_id
+        return (by_id if by_id is not None else self._lookup())[sid]
 
     def get(self, sid: str, default: Any = None) -> Any:
-        i = self._position(sid)
-        return default if i is None else self._parts[i]
+        return self._lookup().get(sid, default)
 
     def __contains__(self, sid: object) -> bool:
-        return isinstance(sid, str) and self._position(sid) is not None
+        return isinstance(sid, str) and sid in self._lookup()
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._ids)

@@ -37,7 +37,7 @@ class SubjectTable(Sequence[SubjectRow]):
     """The subjects a run uses (a sequence of SubjectRow), and what is known about its columns.
 
     Kept as columns, not a row object per subject: ``ids``, ``safe_names`` and the manifest's
-    rows (a plain CSV's lines), a row's fields built when it is looked at. A million
+    rows (a plain CSV's lines), a row's fields built when it is first looked at. A million
     subjects then cost their ids and lines, and the planner reads their values in bulk
     (:meth:`columns`, :meth:`values`).
 
@@ -56,6 +56,7 @@ class SubjectTable(Sequence[SubjectRow]):
         self._fields: list[dict[str, Any]] | None = [row.fields for row in rows]
         self._index: Sequence[int] = range(len(rows))
         self._by_id: dict[str, int] | None = None
+        self._made: dict[int, dict[str, Any]] = {}  # lazy rows' fields, kept once looked at
         self.file_columns = tuple(file_columns)
         self.required = tuple(required)
         self.discovery = discovery
@@ -70,11 +71,15 @@ class SubjectTable(Sequence[SubjectRow]):
         return table
 
     def fields(self, i: int) -> dict[str, Any]:
-        """The manifest row of subject ``i``."""
+        """The manifest row of subject ``i``: built at its first lookup, then kept (a run looks
+        each subject up several times a stage, and a row is one dict whatever the manifest)."""
         if self._fields is not None:
             return self._fields[i]
-        assert self._manifest is not None
-        return self._manifest.fields(self._index[i])
+        made = self._made.get(i)
+        if made is None:
+            assert self._manifest is not None
+            made = self._made[i] = self._manifest.fields(self._index[i])
+        return made
 
     def columns(self) -> tuple[str, ...] | None:
         """The columns every subject's row has, in order, when that is known without reading
@@ -152,19 +157,24 @@ class SubjectTable(Sequence[SubjectRow]):
 
 
 class _RowsById(Mapping[str, SubjectRow]):
-    """id -> row of a SubjectTable, each row built when it is looked up."""
+    """id -> row of a SubjectTable, each row built at its first lookup and kept: a run looks
+    up the subjects it runs once a stage (a dict lookup then, as for a list of rows)."""
 
     def __init__(self, table: SubjectTable) -> None:
         self._table = table
+        self._built: dict[str, SubjectRow] = {}
 
     def __getitem__(self, subject_id: str) -> SubjectRow:
-        row = self._table.by_id(subject_id)
+        row = self._built.get(subject_id)
         if row is None:
-            raise KeyError(subject_id)
+            row = self._table.by_id(subject_id)
+            if row is None:
+                raise KeyError(subject_id)
+            self._built[subject_id] = row
         return row
 
     def __contains__(self, subject_id: object) -> bool:
-        return isinstance(subject_id, str) and self._table.by_id(subject_id) is not None
+        return isinstance(subject_id, str) and (subject_id in self._built or self._table.by_id(subject_id) is not None)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._table.ids)
