@@ -83,6 +83,9 @@ def test_the_table_behaves_as_its_list_of_rows(tmp_path: Path) -> None:
     assert by_id["S4"] == rows[2] and "S2" not in by_id and list(by_id) == ["S1", "S3", "S4"]
     with pytest.raises(IndexError):
         table[3]
+    # a row is one dict, built at its first lookup and kept, as a list of rows has it
+    assert table[1].fields is table.by_id("S3").fields is by_id["S3"].fields
+    assert by_id["S3"] is by_id["S3"]
 
 
 @pytest.mark.parametrize(("manifest", "problem"), [
