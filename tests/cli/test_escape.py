@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from habitrun.store.runs import list_runs
+
 MARKUP = ("[/x]", "[bold red]x", "[link=file:///etc]x")
 
 OPS = '''
@@ -77,7 +79,7 @@ def test_markup_in_ids_names_and_errors_is_printed_literally(tmp_path: Path) -> 
     recipe.write_text(RECIPE.replace("name: a,", "name: '[/x]',"))  # the file no longer loads: the note quotes it
     broken = habitrun("resume", str(recipe), cwd=tmp_path)
     assert broken.returncode == 2 and "got '[/x]'" in broken.stderr, broken.stderr
-    run_folder = sorted((tmp_path / ".habitrun" / "runs").iterdir())[-1]
+    run_folder = list_runs(tmp_path / ".habitrun")[-1].path  # the newest (two runs can share a second)
     noted = habitrun("resume", str(run_folder), cwd=tmp_path)
     assert noted.returncode == 1, noted.stdout + noted.stderr
     assert "got '[/x]'" in noted.stdout.split("resuming with the stored recipe", 1)[1], noted.stdout
