@@ -57,6 +57,7 @@ class SubjectTable(Sequence[SubjectRow]):
         self._index: Sequence[int] = range(len(rows))
         self._by_id: dict[str, int] | None = None
         self._made: dict[int, dict[str, Any]] = {}  # lazy rows' fields, kept once looked at
+        self._looked_up: dict[int, SubjectRow] = {}  # rows looked up by id, kept
         self.file_columns = tuple(file_columns)
         self.required = tuple(required)
         self.discovery = discovery
@@ -109,7 +110,12 @@ class SubjectTable(Sequence[SubjectRow]):
         if self._by_id is None:
             self._by_id = {sid: i for i, sid in enumerate(self.ids)}
         i = self._by_id.get(subject_id)
-        return None if i is None else self[i]
+        if i is None:
+            return None
+        row = self._looked_up.get(i)
+        if row is None:  # kept: a run looks its subjects up by id several times a stage
+            row = self._looked_up[i] = SubjectRow(subject_id, self.fields(i), self.safe_names[i])
+        return row
 
     def subset(self, positions: list[int]) -> SubjectTable:
         """The subjects at ``positions``, in that order (include/exclude)."""
