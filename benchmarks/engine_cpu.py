@@ -1,0 +1,113 @@
+"""The runner's own CPU per subject, thread by thread: what the engine costs beside the workers.
+
+``benchmarks/dispatch.py`` times a stage's wall clock, which on a shared machine
+moves by a fifth between two runs of one tree. This one runs the same study
+(``run_study``: a warm-up stage, then N subjects of ``ms`` busy milliseconds on 2
+workers, every outcome stored) and reads, over the measured stage, the CPU
+seconds of each runner thread (the dispatch loop in MainThread, the store and
+event log in habitrun-recorder) from the kernel. With ``--against`` the other
+tree runs in alternation with this one and the table shows both, medians and
+minima over ``--repeat`` runs.
+
+    python benchmarks/engine_cpu.py                          # N=20000, 0 ms, this tree
+    python benchmarks/engine_cpu.py --against /path/to/other/checkout --repeat 7
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent.parent
+
+# Runs inside a fresh interpreter with the tree under test first on sys.path; prints one JSON line.
+CHILD = r'''
+import json, sys, tempfile, threading, time
+from pathlib import Path
+import psutil
+from habitrun.engine.runner import run_study
+from habitrun.spec.loader import load_recipe
+
+n, ms, ops = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+marks = {}
+
+def threads():
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    return {names.get(t.id, "other"): t.user_time + t.system_time for t in psutil.Process().threads()}
+
+def observe(event):
+    kind = event.get("event") if isinstance(event, dict) else getattr(event, "EVENT", None)
+    stage = event.get("stage") if isinstance(event, dict) else getattr(event, "stage", None)
+    if stage == "bench" and kind in ("stage_started", "stage_finished"):
+        marks[kind] = (time.perf_counter(), time.process_time(), threads())
+
+with tempfile.TemporaryDirectory() as tmp:
+    root = Path(tmp)
+    (root / "subjects.csv").write_text("subject_id\n" + "".join(f"S{i}\n" for i in range(n)))
+    (root / "ops.py").write_text(ops)
+    recipe = {"habitrun": 1, "name": "engine-cpu", "subjects": {"manifest": "subjects.csv"},
+              "policy": {"workers": 2, "subject_timeout_sec": 600, "auto_retry_rounds": 0},
+              "stages": [{"name": "warm", "operator": "ops:busy", "params": {"ms": 0.0}},
+                         {"name": "bench", "operator": "ops:busy", "params": {"ms": ms}}]}
+    (root / "recipe.yaml").write_text(json.dumps(recipe))
+    summary = run_study(load_recipe(root / "recipe.yaml"), observer=observe, install_signal_handlers=False)
+    assert summary.exit_code == 0
+    (w0, c0, t0), (w1, c1, t1) = marks["stage_started"], marks["stage_finished"]
+    per = {name: (t1[name] - t0.get(name, 0.0)) / n * 1e6 for name in t1}
+    print(json.dumps({"wall": (w1 - w0) / n * 1e6, "cpu": (c1 - c0) / n * 1e6,
+                      "main": per.get("MainThread", 0.0), "recorder": per.get("habitrun-recorder", 0.0)}))
+'''
+
+OPS = """
+import time
+
+
+def busy(subject, ms=0.0):
+    end = time.perf_counter() + ms / 1000.0
+    while time.perf_counter() < end:
+        pass
+    return 1
+"""
+
+
+def one_run(tree: Path, n: int, ms: float) -> dict[str, float]:
+    """One fresh runner process of ``tree``: µs per subject (wall, process CPU, two threads)."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    done = subprocess.run([sys.executable, "-c", CHILD, str(n), str(ms), OPS], env=env, capture_output=True,
+                          text=True, timeout=1800, check=False, cwd=tempfile.gettempdir())
+    if done.returncode != 0:
+        raise SystemExit(f"{tree}: the run failed:\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=20000, help="subjects in the measured stage (default 20000)")
+    parser.add_argument("--ms", type=float, default=0.0, help="busy ms per subject (default 0)")
+    parser.add_argument("--repeat", type=int, default=5, help="runs of each tree (default 5)")
+    parser.add_argument("--against", type=Path, default=None, help="another checkout, run in alternation")
+    args = parser.parse_args()
+    trees = [HERE] + ([args.against.resolve()] if args.against else [])
+    runs: dict[Path, list[dict[str, float]]] = {tree: [] for tree in trees}
+    started = time.perf_counter()
+    for _ in range(args.repeat):
+        for tree in trees:
+            runs[tree].append(one_run(tree, args.n, args.ms))
+    print(f"runner µs per subject, N={args.n} x {args.ms:g} ms, 2 workers, {args.repeat} alternating runs "
+          f"({time.perf_counter() - started:.0f} s): median (min)")
+    print(f"{'tree':<40} {'wall':>14} {'process CPU':>14} {'MainThread':>14} {'recorder':>14}")
+    for tree, rows in runs.items():
+        cells = [f"{statistics.median(r[k] for r in rows):7.1f} ({min(r[k] for r in rows):5.1f})"
+                 for k in ("wall", "cpu", "main", "recorder")]
+        print(f"{str(tree)[-40:]:<40} " + " ".join(f"{c:>14}" for c in cells))
+
+
+if __name__ == "__main__":
+    main()
