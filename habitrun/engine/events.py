@@ -12,9 +12,8 @@ has no measurements, the first ``stopping`` notice no ``now``.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, Field, dataclass, fields
 from typing import Any, ClassVar, TypeVar
 
 
@@ -37,9 +36,23 @@ class _Unset:
 
 UNSET: Any = _Unset()
 EVENT_TYPES: dict[str, type[Event]] = {}  # kind -> class
-_FIELDS: dict[type, tuple[str, ...]] = {}  # class -> its field names, in the order they are written
-_VALUES: dict[type, Callable[[Any], tuple[Any, ...]]] = {}  # class -> its fields' values, read in C
+_TO_DICT: dict[type, Callable[[Any], dict[str, Any]]] = {}  # class -> its event_dict, generated
 E = TypeVar("E", bound="Event")
+
+
+def _dict_maker(kind: str, event_fields: tuple[Field, ...]) -> Callable[[Any], dict[str, Any]]:
+    """``event_dict`` for one class, built once from its fields as dataclasses builds ``__init__``:
+    one dict display and one chain of identity tests (a subject's event runs it per subject)."""
+    items = ", ".join([f"'event': {kind!r}"] + [f"{f.name!r}: e.{f.name}" for f in event_fields])
+    lines = ["def to_dict(e):", f"    d = {{{items}}}"]
+    unsettable = [f"e.{f.name} is UNSET" for f in event_fields if f.default is UNSET]
+    if unsettable:
+        lines += [f"    if {' or '.join(unsettable)}:",
+                  "        d = {k: v for k, v in d.items() if v is not UNSET}"]
+    lines.append("    return d")
+    namespace: dict[str, Any] = {"UNSET": UNSET}
+    exec("\n".join(lines), namespace)  # constant text, from the class's own field names only
+    return namespace["to_dict"]
 
 
 def _event(kind: str) -> Callable[[type[E]], type[E]]:
@@ -49,9 +62,7 @@ def _event(kind: str) -> Callable[[type[E]], type[E]]:
         cls = dataclass(slots=True, kw_only=True)(cls)
         cls.EVENT = kind
         EVENT_TYPES[kind] = cls
-        names = _FIELDS[cls] = tuple(f.name for f in fields(cls))
-        get = operator.attrgetter(*names) if names else (lambda _event: ())
-        _VALUES[cls] = get if len(names) != 1 else (lambda event, get=get: (get(event),))
+        _TO_DICT[cls] = _dict_maker(kind, fields(cls))
         return cls
 
     return register
@@ -206,15 +217,7 @@ class ConsoleLine(Event):
 
 def event_dict(event: Event) -> dict[str, Any]:
     """The JSON object an event is written as: ``event`` first, then its set fields in order."""
-    cls = type(event)
-    values = _VALUES[cls](event)  # one per subject: the fields read and paired in C
-    out: dict[str, Any] = {"event": event.EVENT}
-    out.update(zip(_FIELDS[cls], values, strict=True))
-    if UNSET in values:
-        for name, value in zip(_FIELDS[cls], values, strict=True):
-            if value is UNSET:
-                del out[name]
-    return out
+    return _TO_DICT[type(event)](event)
 
 
 def parse_event(data: dict[str, Any]) -> Event | None:
