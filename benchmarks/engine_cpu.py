@@ -5,7 +5,9 @@ moves by a fifth between two runs of one tree. This one runs the same study
 (``run_study``: a warm-up stage, then N subjects of ``ms`` busy milliseconds on 2
 workers, every outcome stored) and reads, over the measured stage, the CPU
 seconds of each runner thread (the dispatch loop in MainThread, the store and
-event log in habitrun-recorder) from the kernel. With ``--against`` the other
+event log in habitrun-recorder) from the kernel, and the CPU of every process
+below it (the fork server and the workers: what a subject costs on their side
+beyond the operator). With ``--against`` the other
 tree runs in alternation with this one and the table shows both, medians and
 minima over ``--repeat`` runs.
 
@@ -40,7 +42,16 @@ marks = {}
 
 def threads():
     names = {t.native_id: t.name for t in threading.enumerate()}
-    return {names.get(t.id, "other"): t.user_time + t.system_time for t in psutil.Process().threads()}
+    me = psutil.Process()
+    cpu = {names.get(t.id, "other"): t.user_time + t.system_time for t in me.threads()}
+    cpu["workers"] = 0.0  # every process below the runner: the fork server and the workers it forked
+    for child in me.children(recursive=True):
+        try:
+            times = child.cpu_times()
+        except psutil.Error:
+            continue
+        cpu["workers"] += times.user + times.system
+    return cpu
 
 def observe(event):
     kind = event.get("event") if isinstance(event, dict) else getattr(event, "EVENT", None)
@@ -62,7 +73,8 @@ with tempfile.TemporaryDirectory() as tmp:
     (w0, c0, t0), (w1, c1, t1) = marks["stage_started"], marks["stage_finished"]
     per = {name: (t1[name] - t0.get(name, 0.0)) / n * 1e6 for name in t1}
     print(json.dumps({"wall": (w1 - w0) / n * 1e6, "cpu": (c1 - c0) / n * 1e6,
-                      "main": per.get("MainThread", 0.0), "recorder": per.get("habitrun-recorder", 0.0)}))
+                      "main": per.get("MainThread", 0.0), "recorder": per.get("habitrun-recorder", 0.0),
+                      "workers": per.get("workers", 0.0)}))
 '''
 
 OPS = """
@@ -78,7 +90,7 @@ def busy(subject, ms=0.0):
 
 
 def one_run(tree: Path, n: int, ms: float) -> dict[str, float]:
-    """One fresh runner process of ``tree``: µs per subject (wall, process CPU, two threads)."""
+    """One fresh runner process of ``tree``: µs per subject (wall, process CPU, two threads, workers)."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
     done = subprocess.run([sys.executable, "-c", CHILD, str(n), str(ms), OPS], env=env, capture_output=True,
                           text=True, timeout=1800, check=False, cwd=tempfile.gettempdir())
@@ -102,10 +114,10 @@ def main() -> None:
             runs[tree].append(one_run(tree, args.n, args.ms))
     print(f"runner µs per subject, N={args.n} x {args.ms:g} ms, 2 workers, {args.repeat} alternating runs "
           f"({time.perf_counter() - started:.0f} s): median (min)")
-    print(f"{'tree':<40} {'wall':>14} {'process CPU':>14} {'MainThread':>14} {'recorder':>14}")
+    print(f"{'tree':<40} {'wall':>14} {'process CPU':>14} {'MainThread':>14} {'recorder':>14} {'workers':>14}")
     for tree, rows in runs.items():
         cells = [f"{statistics.median(r[k] for r in rows):7.1f} ({min(r[k] for r in rows):5.1f})"
-                 for k in ("wall", "cpu", "main", "recorder")]
+                 for k in ("wall", "cpu", "main", "recorder", "workers")]
         print(f"{str(tree)[-40:]:<40} " + " ".join(f"{c:>14}" for c in cells))
 
 

@@ -35,11 +35,15 @@ from typing import Any
 from habitrun.engine.contract import FailureKind, OperatorRef, SubjectOutcome, SubjectTask
 from habitrun.engine.subject import Collection, Subject
 from habitrun.engine.usage import meter
+from habitrun.positional import builder
 from habitrun.spec.operators import resolve_operator
 
 BoundOperator = Callable[[SubjectTask], Any]
 SCRATCH_RESET_BYTES = 4 << 20  # the scratch file is emptied once it grows past this
 DEFAULT_LOG_MAX_BYTES = 10 << 20  # a subject's output past this keeps only its head and tail
+# One per subject, in the worker: positional (see habitrun/positional.py).
+_new_outcome = builder(SubjectOutcome, "task", "ok", "result", "error", "kind", "traceback", "duration_sec",
+                       "worker_pid", "usage")
 
 
 def bind_operator(op: OperatorRef) -> BoundOperator:
@@ -76,6 +80,7 @@ class _FdScratch:
         self.path = path
         self.fd = self._open()
         self.read_to = 0  # where the last subject's output ended: the next one's starts there
+        self.checked: dict[str, Any] = {}  # sys.stdout/stderr as last found writing to fd 1/2
         self.restore()
 
     def _open(self) -> int:
@@ -99,8 +104,13 @@ class _FdScratch:
         os.dup2(self.fd, 1)
         os.dup2(self.fd, 2)
         for name, fd in (("stdout", 1), ("stderr", 2)):
-            if not _writes_to(getattr(sys, name), fd):
-                setattr(sys, name, open(fd, "w", closefd=False, errors="backslashreplace"))  # noqa: SIM115
+            stream = getattr(sys, name)
+            if stream is not None and stream is self.checked.get(name) and not stream.closed:
+                continue  # as checked before the last subject (this runs once per subject)
+            if not _writes_to(stream, fd):
+                stream = open(fd, "w", closefd=False, errors="backslashreplace")  # noqa: SIM115
+                setattr(sys, name, stream)
+            self.checked[name] = stream
 
     def mark(self) -> int:
         """Where the next subject's output starts: where the last one's ended, so anything
@@ -267,6 +277,5 @@ def execute(bound: BoundOperator, task: SubjectTask, *, capture: str = "fd",
         _write_log(task, output, tb)
     duration = time.perf_counter() - start
     if kind is not None:
-        return SubjectOutcome(task=task, ok=False, error=error, kind=kind, traceback=tb, duration_sec=duration,
-                              worker_pid=pid, usage=usage)
-    return SubjectOutcome(task=task, ok=True, result=result, duration_sec=duration, worker_pid=pid, usage=usage)
+        return _new_outcome(task, False, None, error, kind, tb, duration, pid, usage)
+    return _new_outcome(task, True, result, None, None, None, duration, pid, usage)

@@ -35,3 +35,17 @@ def test_after_a_flood_past_the_scratch_limit_the_next_subject_logs_only_its_own
     for task in work[1:]:
         log = Path(task.log_path).read_text()
         assert log.count("says") == 3 and "xxx" not in log
+
+
+@pytest.mark.timeout(120)
+def test_a_subject_that_swaps_or_closes_sys_stdout_does_not_cost_the_next_one_its_log(make_backend, tasks):
+    """Each subject starts with sys.stdout writing to the captured fd 1, whatever the one before did to it."""
+    b = make_backend(workers=1)
+    work = tasks({"do": "say", "id": "A"}, {"do": "swap_stdout", "id": "W"}, {"do": "say", "id": "B"},
+                 {"do": "close_stdout", "id": "C"}, {"do": "say", "id": "D"})
+    got = run(b, op("act"), work)
+    assert all(o.ok for o in got.values())
+    assert len({o.worker_pid for o in got.values()}) == 1  # one worker ran them all, in turn
+    for task in (work[0], work[2], work[4]):
+        log = Path(task.log_path).read_text()
+        assert f"python says {task.subject_id}\n" in log, log

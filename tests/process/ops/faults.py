@@ -87,6 +87,13 @@ def act(subject):
         os.write(2, f"fd 2 says {subject.id}\n".encode())
         subprocess.run(["sh", "-c", f"echo child says {subject.id}"], check=True)
         return "said"
+    if do == "swap_stdout":  # leaves sys.stdout pointing at something that is not fd 1
+        import io
+        sys.stdout = io.StringIO()
+        return "swapped"
+    if do == "close_stdout":  # leaves sys.stdout closed
+        sys.stdout.close()
+        return "closed"
     if do == "flood":
         sys.stdout.write("x" * (int(subject.fields["mb"]) << 20) + "\n")
         return "flooded"
