@@ -11,6 +11,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ MEMORY_CONFIG: dict[str, Any] = {
     "distributed.worker.memory.terminate": 1.0,
 }
 SCHEDULER_CONFIG: dict[str, Any] = {"distributed.scheduler.allowed-failures": 0}
+FORGET_WAIT_SEC = 2.0  # how long a restart waits for the scheduler to let go of its batch's key
 JOB_NAME = "habitrun-worker"  # what a batch-system cluster's jobs are called in squeue/qstat
 
 _log = logging.getLogger(__name__)
@@ -235,10 +237,33 @@ class ClusterHandle:
         """Scheduler's view of the workers now (address -> info)."""
         return dict(self.client.scheduler_info(n_workers=-1).get("workers", {}))
 
-    def restart_worker(self, address: str) -> None:
-        """Kill and respawn one worker through its nanny, in the background."""
-        self._submit(self.client.restart_workers, [address], timeout=max(30.0, self.policy.graceful_shutdown_sec * 2),
-                     raise_for_error=False)
+    def restart_worker(self, address: str, forgotten: str | None = None) -> None:
+        """Kill and respawn one worker through its nanny, in the background.
+
+        ``forgotten``: the key of the batch that asked for it, released already. The restart waits
+        (at most FORGET_WAIT_SEC) until the scheduler has heard of that release: a worker restarted
+        while it holds the result of a key still wanted makes Dask run that batch again elsewhere,
+        so its subjects would run twice (and a failing one pause a second worker).
+        """
+        def restart() -> None:
+            if forgotten is not None:
+                self._wait_forgotten(forgotten)
+            self.client.restart_workers([address], timeout=max(30.0, self.policy.graceful_shutdown_sec * 2),
+                                        raise_for_error=False)
+
+        restart.__name__ = "restart_workers"
+        self._submit(restart)
+
+    def _wait_forgotten(self, key: str) -> None:
+        deadline = time.monotonic() + FORGET_WAIT_SEC
+        while time.monotonic() < deadline:
+            try:
+                held = self.client.sync(self.client.scheduler.who_has, keys=[key])
+            except Exception:  # noqa: BLE001 - a scheduler that cannot say: restart anyway
+                return
+            if not held.get(key):
+                return
+            time.sleep(0.005)
 
     def scale(self, n: int) -> None:
         """Shrink (out-of-memory backoff) a cluster habitrun started; connected clusters are left alone."""

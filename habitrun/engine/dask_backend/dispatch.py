@@ -192,6 +192,8 @@ class StageDispatch:
     def _marker(self, msg: dict[str, Any]) -> None:
         batch = self.inflight.get(msg.get("b"))
         if batch is None:
+            if msg.get("m") == "E" and self.stopping_deadline is None:
+                self._stray_end(msg)
             return
         batch.worker = msg.get("w") or batch.worker
         kind = msg.get("m")
@@ -216,6 +218,22 @@ class StageDispatch:
             wire = pickle.loads(msg["o"])
             batch.streamed[msg["i"]] = wire
             self._emit(batch, [wire])
+
+    def _stray_end(self, msg: dict[str, Any]) -> None:
+        """The end of a batch that is over for us, run again by Dask: it may have paused its worker.
+
+        Dask can rerun a batch whose end we already have (its future released at "E") when
+        the worker it ran on is restarted before the scheduler heard of the release. Its
+        outcomes are duplicates and are dropped; but if its subjects asked for a restart (a
+        failure), its worker paused itself and takes nothing more until restarted, and a
+        batch queued there would wait for ever (tests/engine/test_crash_safety.py, dask).
+        """
+        try:
+            result = pickle.loads(msg["r"])
+        except Exception:  # noqa: BLE001 - a marker we cannot read changes nothing
+            return
+        if result.get("restart") and result.get("worker"):
+            self.shared.restart(self.handle, result["worker"])
 
     def _finished(self, batch: _Batch) -> None:
         fut = batch.future
@@ -259,7 +277,7 @@ class StageDispatch:
         if self.stopping_deadline is None:
             self.pending.extendleft(reversed([batch.indices[p] for p in res["not_run"]]))
         if res["restart"] and worker_alive:
-            self.shared.restart(self.handle, res["worker"])
+            self.shared.restart(self.handle, res["worker"], forgotten=batch.future.key)
 
     def _batch_error(self, batch: _Batch, exc: BaseException | None) -> None:
         from distributed.scheduler import KilledWorker

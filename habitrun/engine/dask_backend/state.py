@@ -64,12 +64,13 @@ class SharedState:
             return
         self.live = len(workers)
 
-    def restart(self, handle: ClusterHandle, address: str) -> None:
-        """Restart a worker once (a timed-out subject, a recycle, the end of a grace period)."""
+    def restart(self, handle: ClusterHandle, address: str, forgotten: str | None = None) -> None:
+        """Restart a worker once (a timed-out subject, a recycle, the end of a grace period);
+        with ``forgotten``, once the scheduler has let go of that batch's key (see restart_worker)."""
         if address in self.restarting:
             return
         self.restarting.add(address)
-        handle.restart_worker(address)
+        handle.restart_worker(address, forgotten=forgotten)
 
     def note_oom(self, policy: RunPolicy) -> None:
         """Out-of-memory backoff: fewer subjects at once from now on (never below one)."""
