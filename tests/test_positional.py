@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from habitrun.engine.contract import SubjectOutcome, SubjectTask
+from habitrun.engine.contract import SubjectOutcome, SubjectTask, new_outcome, new_task
 from habitrun.positional import builder
 from habitrun.store.records import Record
 
@@ -41,13 +41,12 @@ def test_builder_refuses_unknown_repeated_or_missing_fields() -> None:
 def test_hot_path_builders_match_the_keyword_constructors() -> None:
     from habitrun.engine.events import SubjectDone
     from habitrun.engine.ledger import _new_record
-    from habitrun.engine.process.protocol import _new_outcome, _new_task
     from habitrun.engine.tracing import _new_done
 
-    task = _new_task("k", "s", {"f": 1}, {}, "/w", "/l", 2)
+    task = new_task("k", "s", {"f": 1}, {}, "/w", "/l", 2)
     assert task == SubjectTask(key="k", subject_id="s", fields={"f": 1}, inputs={}, workdir="/w", log_path="/l",
                                attempt=2)
-    assert _new_outcome(task, True, 5, None, None, None, 0.5, 7, None) == SubjectOutcome(
+    assert new_outcome(task, True, 5, None, None, None, 0.5, 7, None) == SubjectOutcome(
         task=task, ok=True, result=5, duration_sec=0.5, worker_pid=7)
     assert _new_record("st", "k", "s", True, 5, None, None, 2, "{}", "r", "/l", 0.5) == Record(
         stage="st", key="k", subject_id="s", ok=True, result=5, attempts=2, components="{}", run_id="r",

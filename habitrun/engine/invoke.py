@@ -32,18 +32,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from habitrun.engine.contract import FailureKind, OperatorRef, SubjectOutcome, SubjectTask
+from habitrun.engine.contract import (
+    FailureKind,
+    OperatorRef,
+    SubjectOutcome,
+    SubjectTask,
+    new_outcome,
+)
 from habitrun.engine.subject import Collection, Subject
 from habitrun.engine.usage import meter
-from habitrun.positional import builder
 from habitrun.spec.operators import resolve_operator
 
 BoundOperator = Callable[[SubjectTask], Any]
 SCRATCH_RESET_BYTES = 4 << 20  # the scratch file is emptied once it grows past this
 DEFAULT_LOG_MAX_BYTES = 10 << 20  # a subject's output past this keeps only its head and tail
-# One per subject, in the worker: positional (see habitrun/positional.py).
-_new_outcome = builder(SubjectOutcome, "task", "ok", "result", "error", "kind", "traceback", "duration_sec",
-                       "worker_pid", "usage")
 
 
 def bind_operator(op: OperatorRef) -> BoundOperator:
@@ -277,5 +279,5 @@ def execute(bound: BoundOperator, task: SubjectTask, *, capture: str = "fd",
         _write_log(task, output, tb)
     duration = time.perf_counter() - start
     if kind is not None:
-        return _new_outcome(task, False, None, error, kind, tb, duration, pid, usage)
-    return _new_outcome(task, True, result, None, None, None, duration, pid, usage)
+        return new_outcome(task, False, None, error, kind, tb, duration, pid, usage)
+    return new_outcome(task, True, result, None, None, None, duration, pid, usage)

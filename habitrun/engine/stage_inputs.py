@@ -13,15 +13,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from habitrun.engine.contract import SubjectTask
+from habitrun.engine.contract import SubjectTask, new_task
 from habitrun.planner.plan import GROUP_SUBJECT, StagePlan
-from habitrun.positional import builder
 from habitrun.spec.recipe import StageSpec
 from habitrun.spec.subjects import SubjectRow
 from habitrun.store.runs import RunFolder, key_folder, work_dir
-
-# One per subject to run: positional (see habitrun/positional.py).
-_new_task = builder(SubjectTask, "key", "subject_id", "fields", "inputs", "workdir", "log_path")
 
 GROUP_FILE_NAME = "_stage"  # log/work folder name of a collect or train stage's single task
 RESULT_BATCH = 256  # subjects whose upstream results are fetched from the store at once
@@ -65,8 +61,8 @@ class StageInputs:
                 row = rows[sid]
                 safe = row.safe
                 key = stage_keys[sid]
-                append(_new_task(key, sid, row.fields, {need: upstream[need][sid] for need in needs} if needs else {},
-                                 f"{work_root}{safe}/{key_folder(key)}", f"{log_root}{safe}.log"))
+                append(new_task(key, sid, row.fields, {need: upstream[need][sid] for need in needs} if needs else {},
+                                f"{work_root}{safe}/{key_folder(key)}", f"{log_root}{safe}.log", 1))
         return tasks
 
     def need_results(self, need: str, members: Sequence[str]) -> Any:

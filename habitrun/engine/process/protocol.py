@@ -26,8 +26,7 @@ import pickle
 import struct
 from typing import Any
 
-from habitrun.engine.contract import OperatorRef, SubjectOutcome, SubjectTask
-from habitrun.positional import builder
+from habitrun.engine.contract import OperatorRef, SubjectOutcome, SubjectTask, new_outcome, new_task
 
 BIND = "bind"
 RUN = "run"
@@ -40,11 +39,6 @@ BOUND = "bound"
 BIND_ERROR = "bind_error"
 DONE = "done"
 SKIPPED = "skipped"
-
-# One per subject on each side of the pipe: positional (see habitrun/positional.py).
-_new_task = builder(SubjectTask, "key", "subject_id", "fields", "inputs", "workdir", "log_path", "attempt")
-_new_outcome = builder(SubjectOutcome, "task", "ok", "result", "error", "kind", "traceback", "duration_sec",
-                       "worker_pid", "usage")
 
 PROTOCOL = pickle.HIGHEST_PROTOCOL
 READ_CHUNK = 1 << 18
@@ -85,7 +79,7 @@ def run_frame(task: SubjectTask) -> bytes:
 def task_from(t: tuple[Any, ...]) -> SubjectTask:
     """The task a RUN message carries (its second element)."""
     key, subject_id, fields, inputs, workdir, log_path, attempt = t
-    return _new_task(key, subject_id, fields, inputs, workdir, log_path, attempt)
+    return new_task(key, subject_id, fields, inputs, workdir, log_path, attempt)
 
 
 def done_message(outcome: SubjectOutcome) -> tuple[Any, ...]:
@@ -103,7 +97,7 @@ def failure_message(error: str, kind: str, traceback: str | None = None, duratio
 def read_done(message: tuple[Any, ...], task: SubjectTask, worker_pid: int) -> SubjectOutcome:
     """The outcome a DONE reply carries for ``task``, run by the worker ``worker_pid``."""
     _, ok, result, error, kind, traceback, duration, usage = message
-    return _new_outcome(task, ok, result, error, None if ok else kind, traceback, duration, worker_pid, usage)
+    return new_outcome(task, ok, result, error, None if ok else kind, traceback, duration, worker_pid, usage)
 
 
 _HEADER = struct.Struct("!i")
