@@ -245,14 +245,13 @@ class ClusterHandle:
         while it holds the result of a key still wanted makes Dask run that batch again elsewhere,
         so its subjects would run twice (and a failing one pause a second worker).
         """
-        def restart() -> None:
-            if forgotten is not None:
-                self._wait_forgotten(forgotten)
-            self.client.restart_workers([address], timeout=max(30.0, self.policy.graceful_shutdown_sec * 2),
-                                        raise_for_error=False)
+        self._submit(self._restart_workers, address, forgotten)
 
-        restart.__name__ = "restart_workers"
-        self._submit(restart)
+    def _restart_workers(self, address: str, forgotten: str | None) -> None:
+        if forgotten is not None:
+            self._wait_forgotten(forgotten)
+        self.client.restart_workers([address], timeout=max(30.0, self.policy.graceful_shutdown_sec * 2),
+                                    raise_for_error=False)
 
     def _wait_forgotten(self, key: str) -> None:
         deadline = time.monotonic() + FORGET_WAIT_SEC
