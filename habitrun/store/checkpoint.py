@@ -58,13 +58,20 @@ import diskcache
 from habitrun.errors import StoreError
 from habitrun.store import diskcache_adapter as dc
 from habitrun.store.damage import Damage
-from habitrun.store.guard import META_TABLE, STORE_VERSION, StoreDirState, inspect_store_dir
+from habitrun.store.guard import (
+    DB_NAME,
+    META_TABLE,
+    STORE_VERSION,
+    StoreDirState,
+    inspect_store_dir,
+)
 from habitrun.store.integrity import data_digest, read_file, row_digest
 from habitrun.store.migrations import CHANGED, read_version, upgrade
 from habitrun.store.queries import KEYS_PARAM, SEP, StoreQueries, UnreadableResults
 from habitrun.store.records import RECORDS, UPSERT, Record, StoredState, row_of
 from habitrun.store.relpaths import Relativizer, set_reader_roots
 from habitrun.store.schema import SCHEMA, check_and_repair, mark_new_store, open_read_only
+from habitrun.store.seal import break_seal, write_seal
 from habitrun.store.trace import TRACE_INSERT, TRACE_SCHEMA
 
 __all__ = ["CheckpointStore", "Record", "StoreNotFound", "StoredState", "UnreadableResults", "UnstorableResult"]
@@ -138,8 +145,9 @@ class CheckpointStore(StoreQueries):
             return store
         damage = None
         if state is StoreDirState.HABITRUN:
-            damage = check_and_repair(directory)
-        else:
+            damage = check_and_repair(directory)  # skipped when the seal says it was closed cleanly
+        break_seal(directory / DB_NAME)  # before the first byte written (see habitrun.store.seal)
+        if state is not StoreDirState.HABITRUN:
             mark_new_store(directory)
         cache = dc.open_cache(directory)
         try:
@@ -159,7 +167,15 @@ class CheckpointStore(StoreQueries):
     def close(self) -> None:
         self.end_prefetch()
         if self._cache is not None:
+            # A clean close: the log moved into the file and emptied (other threads' connections
+            # may stay open, idle), then sealed: the next open need not check the file again.
+            try:
+                busy = dc.connection(self._cache).execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+            except sqlite3.Error:
+                busy = 1
             self._cache.close()
+            if not busy:
+                write_seal(self.directory / DB_NAME)
         else:
             self._ro_con.close()
 

@@ -1,7 +1,8 @@
 """A damaged store file: find what is still readable, keep all of it, say what is lost.
 
 Opening a store runs SQLite's ``quick_check`` (one read of the file; a
-fraction of a second for a store of 100,000 subjects x 3 stages). When it
+fraction of a second for a store of 100,000 subjects x 3 stages), unless the
+file is exactly as a writer left it at a clean close (:mod:`habitrun.store.seal`). When it
 finds damage (bytes overwritten in the middle of the file, a truncated file)
 every record, result and table row is read one by one, by rowid, and what
 reads back is copied into a fresh database: in memory for a read-only

@@ -23,7 +23,8 @@ UPGRADABLE_VERSIONS = (1, 2)  # older formats: upgraded in place by `run`, read 
 META_TABLE = "habitrun_meta"
 LOCK_NAME = "habitrun.lock"
 _SQLITE_HEADER = b"SQLite format 3\x00"
-_HARMLESS = {LOCK_NAME}  # files habitrun itself may put in a store folder before the database
+# files habitrun itself may put in a store folder before the database (or leave after it is deleted)
+_HARMLESS = {LOCK_NAME, DB_NAME + ".seal", DB_NAME + ".seal-tmp"}
 
 
 class StoreDirState(str, Enum):

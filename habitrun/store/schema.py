@@ -15,6 +15,7 @@ from habitrun.store.filetable import FILES_SCHEMA
 from habitrun.store.guard import DB_NAME, META_TABLE, STORE_FORMAT, STORE_VERSION
 from habitrun.store.migrations import CHANGED_DDL, TRIGGERS, read_only_shim, read_version
 from habitrun.store.records import RECORDS, RECORDS_DDL
+from habitrun.store.seal import is_sealed
 
 SCHEMA = (
     f"CREATE TABLE IF NOT EXISTS {META_TABLE} (name TEXT PRIMARY KEY, value TEXT)",
@@ -57,11 +58,13 @@ def open_read_only(directory: Path) -> tuple[sqlite3.Connection, Damage | None]:
     """A ``mode=ro`` connection, with temporary views over an older format (nothing written).
 
     A damaged file is read record by record into memory (see :mod:`habitrun.store.damage`).
+    A file sealed at a clean close is not checked again (see :mod:`habitrun.store.seal`).
     """
     damage = None
     try:
+        sealed = is_sealed(directory / DB_NAME)
         con, problem = open_for_reading(directory / DB_NAME)
-        problem = problem or quick_check(con)
+        problem = problem or (None if sealed else quick_check(con))
         if problem is not None:
             try:
                 salvaged, damage = in_memory(con, problem, RECORDS)
@@ -76,11 +79,13 @@ def open_read_only(directory: Path) -> tuple[sqlite3.Connection, Damage | None]:
 
 
 def check_and_repair(directory: Path) -> Damage | None:
-    """Before anything writes: a damaged file is salvaged into a new one (the old kept aside)."""
+    """Before anything writes: a damaged file is salvaged into a new one (the old kept aside).
+    A file sealed at a clean close is not checked again (see :mod:`habitrun.store.seal`)."""
     try:
+        sealed = is_sealed(directory / DB_NAME)
         con, problem = open_for_reading(directory / DB_NAME)
         try:
-            problem = problem or quick_check(con)
+            problem = problem or (None if sealed else quick_check(con))
         finally:
             con.close()
         if problem is None:
