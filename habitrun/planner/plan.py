@@ -275,7 +275,7 @@ def fingerprints(loaded: LoadedRecipe) -> dict[str, str]:
     return _fingerprints(loaded)
 
 
-def _outcome_ranges(recipe: Recipe, prints: Mapping[str, str], context: KeyContext) -> list[tuple[str, str]]:
+def outcome_ranges(recipe: Recipe, prints: Mapping[str, str], context: KeyContext) -> list[tuple[str, str]]:
     """(stage, key prefix) of the map stages whose stage part is known before any subject part
     (keyed on the whole row, needing map stages only): what :func:`judge` will ask the store."""
     prefixes: dict[str, str] = {}
@@ -306,7 +306,7 @@ def plan_study(
     prints = prints if prints is not None else {n: info.fingerprint for n, info in context.stages.items()}
     recipe = loaded.recipe
     if store is not None:
-        store.prefetch_outcomes(_outcome_ranges(recipe, prints, context))
+        store.prefetch_outcomes(outcome_ranges(recipe, prints, context))
     digests = subject_parts(subjects) if any(i.variant is None for i in context.stages.values()) else None
     stages: dict[str, StagePlan] = {}
     for stage in recipe.ordered_stages():

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from habitrun.planner.keys import subject_part, subject_parts
+from habitrun.planner.opening import subjects_and_store
 from habitrun.planner.plan import plan_study
 from habitrun.spec.loader import load_recipe
 from habitrun.spec.subjects import load_subjects
@@ -53,3 +54,25 @@ def test_a_read_only_store_reads_ahead_what_the_plan_asks(tmp_path: Path) -> Non
     finally:
         store.close()
     assert store._prefetching is None
+
+
+@pytest.mark.parametrize("fail", [{}, {"a": {"S2"}}], ids=["all done", "a failure"])
+def test_the_stored_keys_are_read_ahead_while_the_manifest_loads(tmp_path: Path, fail: dict) -> None:
+    recipe = write_study(tmp_path, n=6)
+    loaded, subjects = load(recipe)
+    with CheckpointStore.open(loaded.store_dir()) as store:
+        run_like_the_engine(loaded, subjects, store, fail=fail)
+        expected = plan_study(loaded, subjects, store).to_json()  # a writer reads nothing ahead
+    loaded = load_recipe(recipe)
+    subjects, store = subjects_and_store(
+        loaded, lambda: CheckpointStore.open(loaded.store_dir(), create=False, read_only=True))
+    try:
+        assert store._prefetching is not None  # started beside the manifest, before the plan
+        assert plan_study(loaded, subjects, store).to_json() == expected
+        assert not store._prefetching[1]  # every text read ahead was one the plan asked for
+    finally:
+        store.close()
+    statuses = {s["name"]: {sid: v["status"] for sid, v in s["subjects"].items()} for s in expected["stages"]}
+    if fail:
+        assert statuses["a"]["S2"] == "failed" and statuses["b"]["S2"] == "blocked"
+    assert sum(st == "done" for stage in statuses.values() for st in stage.values()) == (11 if fail else 13)
