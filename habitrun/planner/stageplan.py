@@ -52,9 +52,14 @@ class StagePlan:
         return [s for s, st in self.status.items() if st in _RUNS]
 
     def counts(self) -> dict[str, int]:
-        """Subjects per status (list.count compares by identity first: C speed for 100,000)."""
+        """Subjects per status (list.count compares by identity first: C speed for 100,000); no
+        pass once every subject is counted (all done: one pass, not one per status)."""
         values = list(self.status.values())
-        return {s.value: values.count(s) for s in SubjectStatus}
+        out, left = {}, len(values)
+        for status in SubjectStatus:
+            out[status.value] = n = values.count(status) if left else 0
+            left -= n
+        return out
 
     def unavailable(self) -> set[str]:
         """Subjects whose result downstream stages cannot have (failed or blocked)."""
