@@ -119,12 +119,12 @@ def _bulk_parts(subjects: Any) -> Mapping[str, str] | None:
         return None
     order = tuple(sorted(cols))
     head = "c" + repr(order)  # the text _row_text gives a row of these columns, values following
-    template = "{}:{}\x00" + head.replace("{", "{{").replace("}", "}}") + "{!r}"
+    template = "%d:%s\x00" + head.replace("%", "%%") + "%r"  # % of a zip: a fifth cheaper than str.format
     ids, values = subjects.ids, subjects.values(order)
     if subjects.plain_values():  # each value's repr is itself in quotes: a row's repr is a join
-        template = template[:-4] + ("('{}',)" if len(order) == 1 else "('{}')")
+        template = template[:-2] + ("('%s',)" if len(order) == 1 else "('%s')")
         values = map("', '".join, values)
-    texts = map(template.format, map(len, ids), ids, values)
+    texts = map(template.__mod__, zip(map(len, ids), ids, values, strict=True))
     # A copy of a made hasher, fed, digested: a fifth cheaper than a hasher made from keyword
     # arguments per row. The 16-byte digests are made hex at once, joined as the store joins
     # keys (:meth:`SubjectParts.in_id_order`). A Python loop also lets another thread (the

@@ -19,6 +19,8 @@ MANIFESTS = {
     "plain": "subject_id,site,age\nS2,a,1\nS1,b,\n",
     "odd values": "subject_id,p,q\nS1,it's,a\\b\nS2,é日本,\tx\n",
     "braces in the header": "subject_id,{x},y}\nS1,1,2\nS2,3,4\n",
+    "percent signs": "subject_id,%x,y%%\nS1,1%,%d\nS2,3,4\n",
+    "percent signs, one odd value": "subject_id,%s\nS1,it's %r\n",
     "single column": "subject_id\nS1\nS2\n",
     "ids that are not plain": "subject_id,p\nS 1,x\ns1,y\n",
 }
