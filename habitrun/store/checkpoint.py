@@ -71,7 +71,7 @@ from habitrun.store.queries import KEYS_PARAM, SEP, StoreQueries, UnreadableResu
 from habitrun.store.records import RECORDS, UPSERT, Record, StoredState, row_of
 from habitrun.store.relpaths import Relativizer, set_reader_roots
 from habitrun.store.schema import SCHEMA, check_and_repair, mark_new_store, open_read_only
-from habitrun.store.seal import break_seal, write_seal
+from habitrun.store.seal import break_seal, empty_log, write_seal
 from habitrun.store.trace import TRACE_INSERT, TRACE_SCHEMA
 
 __all__ = ["CheckpointStore", "Record", "StoreNotFound", "StoredState", "UnreadableResults", "UnstorableResult"]
@@ -167,14 +167,11 @@ class CheckpointStore(StoreQueries):
     def close(self) -> None:
         self.end_prefetch()
         if self._cache is not None:
-            # A clean close: the log moved into the file and emptied (other threads' connections
-            # may stay open, idle), then sealed: the next open need not check the file again.
-            try:
-                busy = dc.connection(self._cache).execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
-            except sqlite3.Error:
-                busy = 1
+            # A clean close: the log moved into the file and emptied, then sealed: the next
+            # open need not check the file again (see habitrun.store.seal).
+            emptied = empty_log(dc.connection(self._cache))
             self._cache.close()
-            if not busy:
+            if emptied:
                 write_seal(self.directory / DB_NAME)
         else:
             self._ro_con.close()

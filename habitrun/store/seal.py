@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import time
 from pathlib import Path
 
@@ -58,6 +59,21 @@ def _log_is_empty(db: Path) -> bool:
         return os.stat(f"{db}-wal").st_size == 0
     except FileNotFoundError:
         return True
+
+
+def empty_log(con: sqlite3.Connection, wait_ms: int = 200) -> bool:
+    """Move the write-ahead log into the file and empty it (other connections may stay open,
+    idle); False when a reader or writer holds it past ``wait_ms`` (then no seal: never a
+    closing run kept waiting on a reader)."""
+    try:
+        (waited,) = con.execute("PRAGMA busy_timeout").fetchone()
+        con.execute(f"PRAGMA busy_timeout = {int(wait_ms)}")
+        try:
+            return con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0
+        finally:
+            con.execute(f"PRAGMA busy_timeout = {int(waited)}")
+    except sqlite3.Error:
+        return False
 
 
 def break_seal(db: Path) -> None:

@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -90,3 +91,19 @@ def test_a_copy_of_a_sealed_store_is_checked_in_full(tmp_path: Path) -> None:
     db = _store_with_records(tmp_path / "store")
     shutil.copytree(tmp_path / "store", tmp_path / "copy")  # the seal comes along, the inode does not
     assert is_sealed(db) and not is_sealed(tmp_path / "copy" / "cache.db")
+
+
+def test_a_reader_holding_an_old_snapshot_neither_delays_the_close_nor_is_sealed_over(tmp_path: Path) -> None:
+    db = _store_with_records(tmp_path / "store")
+    writer = CheckpointStore.open(tmp_path / "store")
+    reader = sqlite3.connect(f"file:{db}?mode=ro", uri=True, isolation_level=None)
+    try:
+        reader.execute("BEGIN")
+        assert reader.execute("SELECT count(*) FROM habitrun_record").fetchone() == (50,)  # its snapshot
+        writer.put([Record(stage="s", key="new", subject_id="N", ok=True, result=1, components="{}")])
+        started = time.monotonic()
+        writer.close()
+        assert time.monotonic() - started < 10  # not the store's 60 s busy timeout
+        assert not is_sealed(db)  # the log could not be emptied: the next open checks in full
+    finally:
+        reader.close()
