@@ -21,6 +21,7 @@ import typer.main
 from rich.console import Console
 
 from habitrun import __version__
+from habitrun.cli.fastexit import exit_now
 from habitrun.cli.text import esc
 from habitrun.errors import EXIT_INTERRUPTED, HabitrunError
 
@@ -153,7 +154,22 @@ def early_recipe(argv: list[str]) -> Path | None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console-script entry point; ``argv`` (default: ``sys.argv[1:]``) lets a test run it in-process."""
+    """Console-script entry point; ``argv`` (default: ``sys.argv[1:]``) lets a test run it in-process.
+
+    The console script (no ``argv``) ends by :func:`~habitrun.cli.fastexit.exit_now`: the
+    outcome is printed by then, and the interpreter's teardown would only add to the wait.
+    """
+    if argv is not None:
+        _run_cli(argv)
+        return
+    try:
+        _run_cli(None)
+    except SystemExit as done:
+        exit_now(done.code)
+    exit_now(0)
+
+
+def _run_cli(argv: list[str] | None) -> None:
     args = sys.argv[1:] if argv is None else argv
     argv_command = args[0] if args else None
     recipe = early_recipe(args)
