@@ -5,16 +5,20 @@ every module and frees every object one by one: with the hundreds of modules
 a command imports (pydantic, typer, rich, the engine) that is 25-80 ms of a
 command that takes 0.3 s, and nothing a user sees. :func:`exit_now` does what
 that shutdown does that matters (the ``atexit`` handlers, which include
-multiprocessing's and ``weakref.finalize``'s, and flushing stdout/stderr) and
-then leaves with ``os._exit``. Where it cannot be sure that is all (a
-non-daemon thread still running, which a normal exit would wait for, or a
-flush that fails, whose message and exit status Python's shutdown owns) it
-falls back to the normal exit, so the outcome is the same either way.
+multiprocessing's and ``weakref.finalize``'s; finalising what sits in
+reference cycles, such as the SQLite connection a thread opened, whose close
+checkpoints the store's WAL into its file; flushing stdout/stderr) and then
+leaves with ``os._exit``. Where it cannot be sure that is all (a non-daemon
+thread still running, which a normal exit would wait for; an SQLite
+connection still open, held by a live object; a flush that fails, whose
+message and exit status Python's shutdown owns) it falls back to the normal
+exit, so the outcome is the same either way.
 """
 
 from __future__ import annotations
 
 import atexit
+import gc
 import os
 import sys
 import threading
@@ -36,7 +40,8 @@ def exit_now(code: object) -> NoReturn:
     if status is None or _threads_pending():
         raise SystemExit(code)
     atexit._run_exitfuncs()
-    if _threads_pending():  # an atexit handler started one
+    gc.collect()  # what sits in reference cycles is finalised, as the teardown would (a thread's SQLite connection)
+    if _threads_pending() or _databases_open():  # started by a handler; held by a live object
         raise SystemExit(code)
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -45,6 +50,21 @@ def exit_now(code: object) -> NoReturn:
         except (OSError, ValueError):
             raise SystemExit(code) from None  # a closed pipe: Python's shutdown reports it as it always does
     os._exit(status)
+
+
+def _databases_open() -> bool:
+    """Whether an SQLite connection is still open: the teardown would close it, which checkpoints its WAL."""
+    sqlite3 = sys.modules.get("sqlite3")
+    if sqlite3 is None:
+        return False
+    for obj in gc.get_objects():
+        if isinstance(obj, sqlite3.Connection):
+            try:
+                obj.total_changes  # noqa: B018 - raises on a closed connection, from any thread
+            except sqlite3.ProgrammingError:
+                continue
+            return True
+    return False
 
 
 def _threads_pending() -> bool:

@@ -60,3 +60,35 @@ def test_the_console_script_keeps_its_exit_codes_and_messages(tmp_path: Path) ->
     done = subprocess.run([sys.executable, "-m", "habitrun.cli.app", "--version"],
                           capture_output=True, text=True, timeout=60, check=False)
     assert (done.returncode, done.stdout) == (0, "habitrun 0.1.0\n")
+
+
+# A store written through a connection left open, as the runner's recorder thread leaves its own.
+DATABASE = """
+import sqlite3, sys, threading
+from habitrun.cli.fastexit import exit_now
+db, held = sys.argv[1], sys.argv[2]
+kept = []
+def write() -> None:
+    con = sqlite3.connect(db)
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute("CREATE TABLE t (x)")
+    with con:
+        con.execute("INSERT INTO t VALUES (1)")
+    if held == "global":
+        kept.append(con)  # alive at exit: only the teardown closes it
+    # else: freed only by the cycle collector (its statement cache refers back to it)
+thread = threading.Thread(target=write)
+thread.start()
+thread.join()
+exit_now(0)
+"""
+
+
+@pytest.mark.parametrize("held", ["cycle", "global"])
+def test_a_database_left_open_is_closed_and_its_wal_checkpointed(tmp_path: Path, held: str) -> None:
+    db = tmp_path / "cache.db"
+    done = subprocess.run([sys.executable, "-c", DATABASE, str(db), held], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache.db"]  # no -wal / -shm left behind
+    assert b"CREATE TABLE t" in db.read_bytes()
