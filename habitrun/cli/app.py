@@ -14,16 +14,19 @@ import importlib
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 import typer.core
 import typer.main
-from rich.console import Console
 
 from habitrun import __version__
 from habitrun.cli.fastexit import exit_now
 from habitrun.cli.text import esc
 from habitrun.errors import EXIT_INTERRUPTED, HabitrunError
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 # Every command, in help order, with the one-line help `habitrun --help` shows
 # for it: listing the commands (and suggesting one for a typo) needs no import
@@ -103,7 +106,22 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+class _ErrConsole:
+    """stderr's rich Console, made on first use: a command that prints no error needs no rich (16 ms)."""
+
+    _console: Console | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._console is None:
+            from rich.console import Console
+
+            type(self)._console = Console(stderr=True, highlight=False, soft_wrap=True)
+        return getattr(self._console, name)
+
+
+err_console: Console = _ErrConsole()  # type: ignore[assignment]
 
 
 
