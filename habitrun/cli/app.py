@@ -200,6 +200,9 @@ def _run_cli(argv: list[str] | None) -> None:
             from habitrun.engine.process import early
 
             early.start()  # the workers' fork server boots meanwhile too
+            from habitrun.store.provenance import start_git_state
+
+            start_git_state(recipe.parent)  # and the run's provenance reads git
     try:
         app(args=argv, prog_name="habitrun")
     except HabitrunError as exc:
