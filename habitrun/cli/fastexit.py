@@ -41,6 +41,7 @@ def exit_now(code: object) -> NoReturn:
         raise SystemExit(code)
     atexit._run_exitfuncs()
     gc.collect()  # what sits in reference cycles is finalised, as the teardown would (a thread's SQLite connection)
+    gc.unfreeze()  # what the CLI froze after its imports is looked at too, below
     if _threads_pending() or _databases_open():  # started by a handler; held by a live object
         raise SystemExit(code)
     for stream in (sys.stdout, sys.stderr):

@@ -71,3 +71,19 @@ def test_a_quiet_run_draws_no_bars_and_imports_no_progress_module(demo: Path) ->
     assert "success" in out
     assert "habitrun.engine.runner" in modules  # it did run
     assert not {"rich.progress", "habitrun.cli.progressbar", "habitrun.cli.report"} & modules
+
+
+# The console script pauses the cycle collector while the command imports: it must run again after.
+GC_STATE = """
+import atexit, gc, sys
+atexit.register(lambda: print("GC", gc.isenabled(), gc.get_freeze_count() > 0))
+from habitrun.cli.app import main
+main()
+"""
+
+
+def test_the_collector_runs_again_once_the_command_is_imported(demo: Path) -> None:
+    done = subprocess.run([sys.executable, "-c", GC_STATE, "plan", str(demo)], capture_output=True, text=True,
+                          timeout=120, check=False, cwd=demo.parent)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.rstrip().endswith("GC True True")  # enabled; the imports' objects frozen
