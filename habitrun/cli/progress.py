@@ -9,20 +9,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    ProgressColumn,
-    Task,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
-from rich.text import Text
 
 from habitrun.cli.text import esc
 from habitrun.engine.events import (
@@ -40,6 +29,9 @@ from habitrun.engine.events import (
     TrainStarted,
 )
 
+if TYPE_CHECKING:
+    from rich.progress import Progress
+
 PLAIN_INTERVAL_SEC = 5.0
 BAR_UPDATE_SEC = 0.1  # a bar takes the subjects finished since its last update at most this often
 
@@ -47,32 +39,6 @@ BAR_UPDATE_SEC = 0.1  # a bar takes the subjects finished since its last update 
 def _tag(stage: str) -> str:
     """`[stage]` escaped, so rich does not read it as markup."""
     return esc(f"[{stage}]")
-
-
-class _RateColumn(ProgressColumn):
-    """Subjects per second over the subjects this run computed (cached ones excluded)."""
-
-    def render(self, task: Task) -> Text:
-        started = task.fields.get("started")
-        ran = task.fields.get("ran", 0)
-        if not started or not ran:
-            return Text("    -/s", style="progress.data.speed")
-        rate = ran / max(time.monotonic() - started, 1e-9)
-        return Text(f"{rate:7.1f}/s", style="progress.data.speed")
-
-
-class _CountsColumn(ProgressColumn):
-    def render(self, task: Task) -> Text:
-        f = task.fields
-        text = Text()
-        text.append(f"{f.get('done', 0)} done", style="green")
-        text.append(" · ")
-        text.append(f"{f.get('failed', 0)} failed", style="red" if f.get("failed") else "dim")
-        text.append(" · ")
-        text.append(f"{f.get('cached', 0)} cached", style="cyan" if f.get("cached") else "dim")
-        if f.get("skipped"):
-            text.append(f" · {f['skipped']} skipped", style="yellow")
-        return text
 
 
 class RunDisplay:
@@ -88,19 +54,10 @@ class RunDisplay:
 
     def __enter__(self) -> RunDisplay:
         if not self.quiet and not self.plain:
-            self.progress = Progress(
-                TextColumn("[bold]{task.description:<14}"),
-                BarColumn(bar_width=30),
-                MofNCompleteColumn(),
-                _CountsColumn(),
-                _RateColumn(),
-                TextColumn("ETA"),
-                TimeRemainingColumn(),
-                TimeElapsedColumn(),
-                console=self.console,
-                transient=False,
-                refresh_per_second=5,
-            )
+            # rich.progress is imported only to draw a terminal's bars
+            from habitrun.cli.progressbar import stage_bars
+
+            self.progress = stage_bars(self.console)
             self.progress.start()
         return self
 

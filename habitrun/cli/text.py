@@ -6,11 +6,11 @@ would raise ``MarkupError`` (or a ``[columns]`` would vanish) if printed as is.
 
 from __future__ import annotations
 
-from rich.markup import escape
-
 
 def esc(value: object) -> str:
     """``value`` as text that rich prints literally inside a markup string."""
+    from rich.markup import escape  # here: `validate` prints plain text and imports no rich
+
     return escape(str(value))
 
 

@@ -21,8 +21,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from habitrun.errors import LockHeldError, StoreError
 from habitrun.store.folders import folder_error
 
@@ -42,6 +40,8 @@ os.register_at_fork(after_in_child=_close_inherited)
 
 
 def _process_start(pid: int) -> float | None:
+    import psutil  # here: `status` reads a lock nobody holds without it (it costs a command 6-10 ms)
+
     try:
         return psutil.Process(pid).create_time()
     except (psutil.Error, OSError):

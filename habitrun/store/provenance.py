@@ -15,6 +15,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
@@ -135,6 +136,35 @@ def _git(folder: Path, *args: str) -> str | None:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
+_early_git: dict[Path, tuple[threading.Thread, dict[str, Any]]] = {}
+
+
+def start_git_state(folder: Path) -> None:
+    """Read :func:`git_state` of ``folder`` in a thread now, for the run's provenance to take later.
+
+    `run` starts it first thing: three ``git`` processes (more than 10 ms, far more in a large
+    repository) then overlap with the imports and the plan instead of delaying the run folder.
+    """
+    folder = Path(folder).resolve()
+    if folder in _early_git:
+        return
+    state: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: state.update(git_state(folder)), name="habitrun-git-state",
+                              daemon=True)  # not waited for by an exit (a run with nothing to do never asks)
+    thread.start()
+    _early_git[folder] = (thread, state)
+
+
+def _started_git_state(folder: Path) -> dict[str, Any]:
+    """What :func:`start_git_state` read of ``folder`` (waited for), else read now."""
+    early = _early_git.pop(folder, None)
+    if early is not None:
+        early[0].join()
+        if early[1]:
+            return early[1]
+    return git_state(folder)
+
+
 def git_state(folder: Path) -> dict[str, Any]:
     """The commit and dirty flag of the git repository holding ``folder`` (nulls without git)."""
     state: dict[str, Any] = {"commit": None, "dirty": None, "root": None}
@@ -172,7 +202,7 @@ def collect_provenance(
         "platform": platform.platform(),
         "habitrun": habitrun.__version__,
         "recipe": {"path": str(recipe_path), "sha256": recipe_sha256},
-        "git": git_state(recipe_path.parent),
+        "git": _started_git_state(recipe_path.parent),
         "operator_packages": package_versions(operator_modules),
         "backend": dict(backend),
     }
