@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from habitrun.planner.bytetexts import CHUNK, ByteTexts
 from habitrun.planner.keys import subject_part, subject_parts
 from habitrun.planner.opening import subjects_and_store
 from habitrun.planner.plan import plan_study
 from habitrun.spec.loader import load_recipe
-from habitrun.spec.subjects import load_subjects
+from habitrun.spec.subjects import SubjectTable, load_subjects
 from habitrun.store.checkpoint import CheckpointStore
 from tests.planner.study import load, run_like_the_engine, write_study
 
@@ -23,20 +24,46 @@ MANIFESTS = {
     "percent signs, one odd value": "subject_id,%s\nS1,it's %r\n",
     "single column": "subject_id\nS1\nS2\n",
     "ids that are not plain": "subject_id,p\nS 1,x\ns1,y\n",
+    "plain values not in ASCII": "subject_id,p,q\nS1,é日本,x\nS2,ü,\n",
+    "the id not first, ids of two lengths": "p,subject_id,q\na,S10,b\nc,S2,d\n",
+    "single column, two lengths": "subject_id\nS1\nS22\n",
+    "include/exclude": "subject_id,site\nS1,a\nS2,b\nS3,c\n",
 }
+
+
+def _table(folder: Path, manifest: str, subjects: str = "{manifest: subjects.csv}") -> SubjectTable:
+    (folder / "subjects.csv").write_text(manifest)
+    (folder / "ops.py").write_text("def a(subject):\n    return 1\n")
+    (folder / "recipe.yaml").write_text(
+        f"habitrun: 1\nname: t\nsubjects: {subjects}\nstages:\n  - {{name: a, operator: 'ops:a'}}\n")
+    return load_subjects(load_recipe(folder / "recipe.yaml"))
 
 
 @pytest.mark.parametrize("name", sorted(MANIFESTS))
 def test_bulk_parts_are_the_parts_of_each_row(tmp_path: Path, name: str) -> None:
-    (tmp_path / "subjects.csv").write_text(MANIFESTS[name])
-    (tmp_path / "ops.py").write_text("def a(subject):\n    return 1\n")
-    (tmp_path / "recipe.yaml").write_text(
-        "habitrun: 1\nname: t\nsubjects: {manifest: subjects.csv}\nstages:\n  - {name: a, operator: 'ops:a'}\n")
-    table = load_subjects(load_recipe(tmp_path / "recipe.yaml"))
+    table = _table(tmp_path, MANIFESTS[name], "{manifest: subjects.csv, exclude: [S2]}"
+                   if name == "include/exclude" else "{manifest: subjects.csv}")
     parts = subject_parts(table)
     assert dict(parts.items()) == {row.id: subject_part(row.id, row.fields) for row in table}
     assert dict(parts.items()) == subject_parts(list(table))
     assert all(parts[row.id] == parts.get(row.id) for row in table) and parts.get("nobody") is None
+
+
+def test_parts_made_as_bytes_by_chunk_are_the_parts_of_each_row(tmp_path: Path) -> None:
+    """More rows than a chunk (bytetexts.CHUNK); one chunk with ids of two lengths (made as text),
+    the others as bytes; a value not in ASCII; the id in the second column."""
+    rows = [f"v{i % 7}é,S{i:06d},{i * 31 % 1000}" for i in range(CHUNK + 10)]
+    rows[CHUNK + 3] = "x,S1,y"  # the last chunk: ids of two lengths
+    table = _table(tmp_path, "p,subject_id,q\n" + "\n".join(rows) + "\n")
+    lines = table.plain_lines()
+    assert lines is not None and lines[2] == 1
+    made = ByteTexts(*lines, ("p", "subject_id", "q"), ("p", "q", "subject_id"))
+    assert made.texts(0, table.ids[:CHUNK]) is not None and made.texts(CHUNK, table.ids[CHUNK:]) is None
+    parts = subject_parts(table)
+    for i in (0, 1, CHUNK - 1, CHUNK, CHUNK + 3, CHUNK + 9):
+        row = table[i]
+        assert parts[row.id] == subject_part(row.id, row.fields)
+    assert dict(parts.items()) == subject_parts(list(table))
 
 
 def test_a_read_only_store_reads_ahead_what_the_plan_asks(tmp_path: Path) -> None:
