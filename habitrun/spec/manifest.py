@@ -113,13 +113,35 @@ def _read_plain(text: str, source: str, delimiter: str) -> ManifestRows | None:
     header = [c.strip() for c in lines[start].split(delimiter)]
     data = lines[start + 1:]
     del lines
-    counts = list(map(methodcaller("count", delimiter), data))
-    if len(set(header)) != len(header) or "" in data or counts.count(len(header) - 1) != len(data):
+    if len(set(header)) != len(header) or "" in data or not _as_wide(data, delimiter, len(header)):
         return None
     out = ManifestRows(source)
     out.columns, out.lines, out.delimiter, out.first = header, data, delimiter, start + 2
-    out.plain_values = "'" not in text and "\\" not in text and text.replace("\n", "").replace(delimiter, "").isprintable()
+    out.plain_values = "'" not in text and "\\" not in text and _printable(text, delimiter)
     return out
+
+
+def _as_wide(data: list[str], delimiter: str, width: int) -> bool:
+    """Whether every line has ``width`` cells, in C-level passes: of the lines' UTF-8 bytes only
+    delimiters and line ends are kept (no other character's bytes are those ASCII bytes), and
+    what is left must be ``width - 1`` delimiters a line (half the time of a count per line)."""
+    sep, end = delimiter.encode(), b"\n"
+    if len(sep) != 1:
+        return list(map(methodcaller("count", delimiter), data)).count(width - 1) == len(data)
+    others = bytes(b for b in range(256) if b not in (sep[0], end[0]))
+    left = "\n".join(data).encode("utf-8", "surrogatepass").translate(None, others)
+    return left == ((sep * (width - 1) + end) * len(data))[:-1]
+
+
+def _printable(text: str, delimiter: str) -> bool:
+    """Whether the text is printable but for line ends and delimiters: for ASCII text in one
+    C-level pass (every printable byte deleted, nothing may be left)."""
+    if text.isascii():
+        return not text.encode().translate(None, _ASCII_PRINTABLE + b"\n" + delimiter.encode())
+    return text.replace("\n", "").replace(delimiter, "").isprintable()
+
+
+_ASCII_PRINTABLE = bytes(range(0x20, 0x7F))
 
 
 def _read_delimited(text: str, source: str, delimiter: str) -> ManifestRows:

@@ -25,10 +25,14 @@ TEXTS = {
     "crlf": "subject_id,p\r\nS1,x\r\nS2,y\r\n",
     "crlf, a lone cr": "subject_id,p\r\nS1,x\rS2,y\r\n",
     "blank line inside": "subject_id,p\nS1,x\n\nS2,y\n",
+    "a control character": "subject_id,p\nS1,a\x07b\nS2,y\n",
+    "a tab and a DEL": "subject_id,p\nS1,a\tb\nS2,y\x7f\n",
 }
 
 
-PLAIN = {"plain", "no final newline", "blank lines first", "padded header", "odd values", "single column", "crlf"}
+PLAIN = {"plain", "no final newline", "blank lines first", "padded header", "odd values", "single column", "crlf",
+         "a control character", "a tab and a DEL"}
+PLAIN_VALUES = {"plain", "no final newline", "blank lines first", "padded header", "single column", "crlf"}
 
 
 def _csv_rows(text: str) -> list[tuple[int, dict[str, str]]]:
@@ -45,6 +49,7 @@ def test_lines_read_as_the_csv_module_reads(tmp_path: Path, name: str) -> None:
     table = read_manifest(path, "m.csv")
     assert list(table.pairs()) == _csv_rows(TEXTS[name])
     assert (table.lines is not None) == (name in PLAIN)
+    assert table.plain_values == (name in PLAIN_VALUES)  # each value's repr is itself in quotes
     assert [table.ref(i) for i in range(len(table))] == [ref for ref, _ in _csv_rows(TEXTS[name])]
     assert table.column("subject_id") == [fields["subject_id"] for _, fields in _csv_rows(TEXTS[name])]
 
@@ -55,6 +60,19 @@ def test_a_row_of_another_width_is_reported_at_its_line(tmp_path: Path) -> None:
     with pytest.raises(RecipeError) as err:
         read_manifest(path, "m.csv")
     assert err.value.problems == ["m.csv:3:1: row has 3 fields, the header has 2"]
+
+
+@pytest.mark.parametrize(("text", "problems"), [
+    ("subject_id,p,q\nS1,x\nS2,y,z,w\nS3,a,b\n",  # as many delimiters in all as if every row were right
+     ["m.csv:2:1: row has 2 fields, the header has 3", "m.csv:3:1: row has 4 fields, the header has 3"]),
+    ("subject_id,p\nS1,é,日\nS2,ü\n", ["m.csv:2:1: row has 3 fields, the header has 2"]),
+], ids=["one short, one long", "not ASCII"])
+def test_rows_of_other_widths_are_each_reported(tmp_path: Path, text: str, problems: list[str]) -> None:
+    path = tmp_path / "m.csv"
+    path.write_text(text)
+    with pytest.raises(RecipeError) as err:
+        read_manifest(path, "m.csv")
+    assert err.value.problems == problems
 
 
 def _study(folder: Path, manifest: str, extra: str = "") -> Path:
