@@ -22,10 +22,12 @@ wall time, the CPU time, the per-subject cost and the process's peak RSS, and ho
 each step grows from one size to the next (10x the subjects should cost 10x).
 ``--keep DIR`` builds each study in DIR once and reuses it (a 10^6 store takes
 minutes to fill); ``--against TREE`` also plans each study with the habitrun of
-another source tree (alternating fresh processes) and prints the ratios:
+another source tree (alternating fresh processes) and prints the ratios; ``--steps``
+first prints the CPU of each step at the largest size (manifest, key parts, each
+stage's query, one after another rather than beside each other):
 
     nice python benchmarks/plan_scale.py --sizes 10000,100000,1000000 --repeat 3 \\
-        --keep /tmp/plan-scale --against /path/to/other/checkout
+        --keep /tmp/plan-scale --against /path/to/other/checkout --steps
 """
 
 from __future__ import annotations
@@ -230,12 +232,53 @@ def measure_child(recipe: Path) -> None:
     print(json.dumps(times))
 
 
-def _child(recipe: Path, tree: str | None) -> dict[str, float]:
+def breakdown_child(recipe: Path) -> None:
+    """The CPU time of each step of a plan, one step after another in this process (no thread
+    beside), the cycle collector off as plan_study has it; prints them as JSON."""
+    import gc
+
+    from habitrun.planner.context import build_context
+    from habitrun.planner.keys import subject_parts
+    from habitrun.planner.plan import outcome_ranges
+
+    cpu: dict[str, float] = {}
+
+    def timed(name: str, step: Any) -> Any:
+        c0 = time.process_time()
+        out = step()
+        cpu[name] = time.process_time() - c0
+        return out
+
+    gc.disable()
+    loaded = load_recipe(recipe)
+    subjects = timed("manifest", lambda: load_subjects(loaded))
+    store = timed("open store", lambda: CheckpointStore.open(loaded.store_dir(), create=False, read_only=True))
+    timed("key parts", lambda: subject_parts(subjects))
+    context = build_context(loaded, subjects, store)
+    for stage, prefix in outcome_ranges(loaded.recipe, {n: i.fingerprint for n, i in context.stages.items()}, context):
+        timed(f"stage {stage} query", lambda stage=stage, prefix=prefix: store.outcome_texts(stage, prefix))
+    store.close()
+    print(json.dumps(cpu))
+
+
+def breakdown(recipe: Path, repeat: int, trees: dict[str, str | None]) -> None:
+    """Medians of :func:`breakdown_child`'s CPU times, each tree in alternating fresh processes."""
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
+    for _ in range(repeat):
+        for name, tree in trees.items():
+            runs[name].append(_child(recipe, tree, "--breakdown-child"))
+    print(f"CPU of each step, one after another (median of {repeat} fresh processes):")
+    for name, got in runs.items():
+        steps = " ".join(f"{k} {statistics.median(r[k] for r in got):.3f}s" for k in got[0])
+        print(f"{name:>7}: {steps}")
+
+
+def _child(recipe: Path, tree: str | None, mode: str = "--measure") -> dict[str, float]:
     """One measured plan in a fresh process, importing habitrun from ``tree`` (None: this one)."""
     env = dict(os.environ)
     if tree is not None:
         env["PYTHONPATH"] = tree
-    done = subprocess.run([sys.executable, __file__, "--measure", str(recipe)],
+    done = subprocess.run([sys.executable, __file__, mode, str(recipe)],
                           capture_output=True, text=True, check=True, env=env)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -256,7 +299,8 @@ def _study(n: int, keep: Path | None, tmp: Path) -> tuple[Path, int, float]:
     return recipe, n_records, build_sec
 
 
-def sweep(sizes: list[int], repeat: int, keep: Path | None = None, against: str | None = None) -> None:
+def sweep(sizes: list[int], repeat: int, keep: Path | None = None, against: str | None = None,
+          steps: bool = False) -> None:
     """Each size built and planned in fresh processes; medians of wall, CPU and peak RSS, growth per 10x.
 
     With ``against`` (another source tree), its habitrun plans the same studies in alternating
@@ -285,6 +329,8 @@ def sweep(sizes: list[int], repeat: int, keep: Path | None = None, against: str 
                 print(f"{name:>7} {n:>9,} {build_sec:>8.1f} " + " ".join(f"{med[s]:>12.3f}s" for s in STEPS)
                       + f" {med['cpu']:>7.2f}s {min(totals):>7.2f}-{max(totals):<7.2f}"
                       f" {med['total'] / n * 1e6:>10.1f} {med['peak_rss_mb']:>11.0f}", flush=True)
+        if steps:  # the last size's study, still there
+            breakdown(recipe, repeat, trees)
     for name in trees:
         ordered = sorted(n for tree, n in rows if tree == name)
         for small, big in zip(ordered, ordered[1:], strict=False):
@@ -309,15 +355,22 @@ def main() -> None:
                         help="with --sizes: build each study in this folder once and reuse it on later runs")
     parser.add_argument("--against", default=None,
                         help="with --sizes: another source tree whose habitrun plans the same studies, alternating")
+    parser.add_argument("--steps", action="store_true",
+                        help="with --sizes: also the CPU of each step (manifest, key parts, each stage's query) "
+                             "at the largest size, run one after another")
     parser.add_argument("--measure", type=Path, default=None, help=argparse.SUPPRESS)  # the child of --sizes
+    parser.add_argument("--breakdown-child", type=Path, default=None, help=argparse.SUPPRESS)  # of --steps
     parser.add_argument("--file-bytes", type=int, default=1024, help="size of each input file")
     parser.add_argument("--no-files", action="store_true", help="skip the study with file columns")
     args = parser.parse_args()
     if args.measure is not None:
         measure_child(args.measure)
         return
+    if args.breakdown_child is not None:
+        breakdown_child(args.breakdown_child)
+        return
     if args.sizes:
-        sweep([int(x) for x in args.sizes.split(",")], args.repeat, args.keep, args.against)
+        sweep([int(x) for x in args.sizes.split(",")], args.repeat, args.keep, args.against, args.steps)
         return
     with tempfile.TemporaryDirectory(prefix="habitrun-plan-scale-") as tmp:
         recipe = build(Path(tmp), args.subjects)
