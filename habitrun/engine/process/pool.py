@@ -67,10 +67,13 @@ class WorkerPool:
         """A worker for a free slot: a waiting spare of one if there is, else one started in the lowest;
         raises whatever keeps it from starting."""
         used = {w.slot for w in self.active()}
-        spare = self.spares.take(used, op, now) if self.mode.keeps_spares else None
-        if spare is not None:
-            return spare
-        return self.start(op, module, now, scratch_dir, next(i for i in range(len(used) + 1) if i not in used))
+        slot = next(i for i in range(len(used) + 1) if i not in used)
+        if self.mode.keeps_spares:
+            device = device_for_slot(self.devices, slot)
+            spare = self.spares.take(slot, op, now, lambda other: device_for_slot(self.devices, other) == device)
+            if spare is not None:
+                return spare
+        return self.start(op, module, now, scratch_dir, slot)
 
     def keep_spares(self, op: OperatorRef, module: str, waiting: int,
                     bind: Callable[[WorkerHandle, float], None], now: float, scratch_dir: str | None) -> None:

@@ -6,7 +6,9 @@ and its BIND (most of an isolated subject's cost). So while a slot's worker
 runs its subject and subjects still wait in the queue, the slot gets one
 spare: a worker forked for that slot (its GPU pinning is the slot's), told
 to BIND the stage's operator, then idle, blocked on its pipe. When the slot
-frees, the pool hands the spare the next subject instead of forking.
+frees, the pool hands the spare the next subject instead of forking; when
+another slot frees first, the spare serves that one if it is pinned to the
+same device (every slot is, without GPUs).
 
 What holds:
 
@@ -46,12 +48,15 @@ class Spares:
         """Spares not yet handed a slot, nor on their way out."""
         return [w for w in self.workers if w.spare and not w.leaving]
 
-    def take(self, used_slots: set[int], op: OperatorRef, now: float) -> WorkerHandle | None:
-        """A live spare of a slot not in ``used_slots`` bound (or binding) ``op``, now that slot's worker."""
-        for w in sorted(self.waiting(), key=lambda w: w.slot):
-            if w.slot in used_slots or w.op != op or not w.can_send or w.proc.exitcode is not None:
+    def take(self, slot: int, op: OperatorRef, now: float, fits: Callable[[int], bool]) -> WorkerHandle | None:
+        """A live spare bound (or binding) ``op``, now the worker of ``slot``: the slot's own spare, else
+        one whose slot ``fits`` (pinned to the same device; any, without GPUs), so a slot that frees
+        first never forks while another busy slot's spare waits."""
+        for w in sorted(self.waiting(), key=lambda w: w.slot != slot):
+            if w.op != op or not w.can_send or w.proc.exitcode is not None or not (w.slot == slot or fits(w.slot)):
                 continue
             w.spare = False
+            w.slot = slot
             if w.binding:  # its start's deadline counts from now, as a fresh worker's would
                 w.bind_until = now + self.spawn_timeout if self.spawn_timeout is not None else math.inf
             w.head_since = now
