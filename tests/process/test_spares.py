@@ -6,6 +6,8 @@ import os
 import signal
 import threading
 
+import pytest
+
 from habitrun.engine.control import StopFlag
 from tests.cli.test_interrupt import wait_for
 from tests.process.conftest import alive, op, run
@@ -55,7 +57,8 @@ def test_a_spare_killed_before_its_subject_is_nobodys_failure(make_backend, task
     assert len(b.started_pids) == 4  # the slot got a new spare
 
 
-def test_a_stop_while_spares_wait_leaves_none_behind(make_backend, tasks):
+@pytest.mark.parametrize("hard", [False, True])
+def test_a_stop_while_spares_wait_leaves_none_behind(make_backend, tasks, hard):
     b = make_backend(workers=2, parallel_mode="isolated", graceful_shutdown_sec=0.5)
     stop = StopFlag()
     spares: list[int] = []
@@ -63,7 +66,7 @@ def test_a_stop_while_spares_wait_leaves_none_behind(make_backend, tasks):
     def stop_once_spares_wait() -> None:
         if wait_for(lambda: len([w for w in _spares(b) if w.phase.value == "ready"]) == 2, 30):
             spares.extend(w.pid for w in _spares(b))
-        stop.set("signal SIGINT", signum=signal.SIGINT)
+        stop.set("signal SIGINT", signum=signal.SIGINT, hard=hard)
 
     stopper = threading.Thread(target=stop_once_spares_wait)
     stopper.start()
