@@ -8,6 +8,7 @@ import threading
 
 import pytest
 
+from habitrun.engine.contract import FailureKind
 from habitrun.engine.control import StopFlag
 from tests.cli.test_interrupt import wait_for
 from tests.process.conftest import alive, op, run
@@ -87,3 +88,10 @@ def test_a_spare_is_pinned_to_the_gpu_of_the_slot_it_serves(make_backend, tasks,
         for c in runs:
             if a is not c and a["started"] < c["ended"] and c["started"] < a["ended"]:
                 assert a["device"] != c["device"]
+
+
+def test_a_slot_whose_worker_still_imports_the_operator_gets_no_spare(make_backend, tasks):
+    b = make_backend(workers=2, parallel_mode="isolated", subject_spawn_timeout_sec=1.0, graceful_shutdown_sec=0.5)
+    got = run(b, op("never", module="hangs_on_import"), tasks({}, {}, {}, {}, {}))
+    assert {o.kind for o in got.values()} == {FailureKind.SPAWN_TIMEOUT} and len(got) == 5
+    assert len(b.started_pids) == 2  # two starts timed out, the rest failed at once: no spare importing too

@@ -80,7 +80,9 @@ class WorkerPool:
         """Isolated mode: a spare per busy slot while ``waiting`` subjects wait for a slot (see spares)."""
         if not self.mode.keeps_spares:
             return
-        busy = [w.slot for w in self.active() if w.outstanding]
+        # Busy: running a subject with the operator bound (a slot whose worker still imports it gets
+        # no spare importing it alongside; nor does one whose import hangs or fails)
+        busy = [w.slot for w in self.active() if w.outstanding and not w.binding]
 
         def start(slot: int) -> WorkerHandle:
             w = self.start(op, module, now, scratch_dir, slot)

@@ -14,7 +14,10 @@ What holds:
 
 - A spare is idle until it gets its subject: isolated mode keeps at most
   ``workers`` processes running subjects plus at most one idle spare per
-  busy slot, never more spares than subjects waiting.
+  busy slot, never more spares than subjects waiting. A slot gets one only
+  once its worker has bound the operator, so a spare forks from the fork
+  server that has the operator's module imported (once it is up) rather
+  than import it beside a running subject.
 - A spare has no run, so its death, a failed start or a BIND_ERROR is
   nobody's failure: it is buried (or killed) and the slot forks afresh when
   it frees. Its BIND has no deadline while it waits; the start timeout
