@@ -89,7 +89,8 @@ class WorkerPool:
             w.spare = True
             return w
 
-        self.spares.keep(busy, waiting, op, start, lambda w: bind(w, now), now)
+        # never more spares than slots: after an OOM backoff, fewer
+        self.spares.keep(busy, min(waiting, self.effective), op, start, lambda w: bind(w, now), now)
 
     def start(self, op: OperatorRef, module: str, now: float, scratch_dir: str | None, slot: int) -> WorkerHandle:
         """Start one worker process for ``slot``; raises whatever keeps it from starting."""
