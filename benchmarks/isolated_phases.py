@@ -1,6 +1,6 @@
 """Where an isolated subject's time goes: wall and CPU per subject, and the runner's view of each phase.
 
-N subjects of 0 ms in isolated mode on 2 workers (the process backend alone, no
+N subjects of w ms (default 0) in isolated mode on 2 workers (the process backend alone, no
 store), after warm-up stages that get the fork server with the operator's
 module preloaded up. Printed per run: wall per subject; CPU per subject of the
 runner, of the fork servers themselves and of the workers (reaped by the
@@ -10,6 +10,7 @@ next subject sent (what a subject waits for a process), the start call
 bind), RUN sent -> DONE, DONE -> buried.
 
     nice python benchmarks/isolated_phases.py --runs 3 --against /tmp/base
+    nice python benchmarks/isolated_phases.py --ms 10 --workers 1 --n 100 --against /tmp/base
     # one process per run and tree, alternating: this tree, then the other
 
 The phases are timed by wrapping the pool's and the stage loop's methods
@@ -64,8 +65,9 @@ def _instrument(events: list[tuple[str, int, float]]) -> None:
     stage.StageRun.on_message = on_message
 
 
-def _run(n: int, events: list[tuple[str, int, float]]) -> tuple[float, float, float, float]:
-    """Wall, runner CPU, fork servers' own CPU and their reaped workers' CPU, for n subjects."""
+def _run(n: int, ms: float, workers: int,
+         events: list[tuple[str, int, float]]) -> tuple[float, float, float, float]:
+    """Wall, runner CPU, fork servers' own CPU and their reaped workers' CPU, for n subjects of ``ms``."""
     import psutil
 
     from habitrun.engine.contract import OperatorRef, SubjectTask
@@ -75,8 +77,8 @@ def _run(n: int, events: list[tuple[str, int, float]]) -> tuple[float, float, fl
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        backend = ProcessBackend.from_policy(RunPolicy(workers=2, parallel_mode="isolated", subject_timeout_sec=600))
-        op = OperatorRef("bench", "dispatch:busy", {"ms": 0.0}, search_path=(HERE,))
+        backend = ProcessBackend.from_policy(RunPolicy(workers=workers, parallel_mode="isolated", subject_timeout_sec=600))
+        op = OperatorRef("bench", "dispatch:busy", {"ms": ms}, search_path=(HERE,))
 
         def tasks(prefix: str, k: int) -> list[SubjectTask]:
             return [SubjectTask(key=f"{prefix}{i}", subject_id=f"{prefix}{i}", fields={}, inputs={},
@@ -126,11 +128,12 @@ def _phases(events: list[tuple[str, int, float]]) -> dict[str, float]:
             "DONE->buried": med("done", "buried")}
 
 
-def measure(n: int) -> str:
-    """One run in this process: its line of figures."""
+def measure(n: int, ms: float, workers: int) -> str:
+    """One run in this process: its line of figures (wall per subject beyond its ``ms`` of work)."""
     events: list[tuple[str, int, float]] = []
     _instrument(events)
-    wall, cpu, own, kids = _run(n, events)
+    wall, cpu, own, kids = _run(n, ms, workers, events)
+    wall -= n * ms / 1000.0 / workers
     phases = "  ".join(f"{k} {v:.2f}" for k, v in _phases(events).items())
     return (f"{wall / n * 1e3:5.2f} ms/subject wall | CPU ms/subject: runner {cpu / n * 1e3:.2f}, fork servers "
             f"{own / n * 1e3:.2f}, workers {kids / n * 1e3:.2f} | median ms: {phases}")
@@ -140,19 +143,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=200, help="subjects per run")
     parser.add_argument("--runs", type=int, default=3, help="runs per tree, alternating")
+    parser.add_argument("--ms", type=float, default=0.0, help="busy ms per subject")
+    parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--against", help="another checkout, run alternately with this one")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # a single run, in this process
     args = parser.parse_args()
     if args.one:
-        print(measure(args.n), flush=True)
+        print(measure(args.n, args.ms, args.workers), flush=True)
         return
     trees = [str(Path(HERE).parent)] + ([str(Path(args.against).resolve())] if args.against else [])
-    print(f"# isolated mode, N={args.n}, 0 ms subjects, 2 workers, {os.cpu_count()} cpus")
+    print(f"# isolated mode, N={args.n}, {args.ms:g} ms subjects, {args.workers} workers, {os.cpu_count()} cpus;"
+          " wall: per subject, beyond its work")
     for _ in range(args.runs):
         for tree in trees:
             env = dict(os.environ, PYTHONPATH=tree)
-            out = subprocess.run([sys.executable, __file__, "--one", "--n", str(args.n)], env=env, check=True,
-                                 capture_output=True, text=True).stdout.strip()
+            cmd = [sys.executable, __file__, "--one", "--n", str(args.n), "--ms", str(args.ms),
+                   "--workers", str(args.workers)]
+            out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout.strip()
             rev = subprocess.run(["git", "-C", tree, "rev-parse", "--short", "HEAD"], capture_output=True,
                                  text=True).stdout.strip()
             print(f"{rev or tree:<10} {out}", flush=True)
