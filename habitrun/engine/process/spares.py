@@ -35,6 +35,7 @@ from collections.abc import Callable
 
 from habitrun.engine.contract import OperatorRef
 from habitrun.engine.process.handle import WorkerHandle
+from habitrun.engine.process.phases import WorkerPhase
 
 SPARE_RETRY_SEC = 1.0  # after a spare failed to start, fork no spare sooner than this
 
@@ -72,11 +73,12 @@ class Spares:
 
         ``start`` forks a spare for a slot; ``bind`` sends it the stage's BIND.
         """
-        waiting = self.waiting()
-        for w in waiting:
-            if w.op != op:
+        for w in self.workers:
+            # told to leave by a stop (RETIRE), or bound to another stage's operator: it must be gone
+            # before the stage ends, and it has no subject to finish
+            if w.spare and (w.phase is WorkerPhase.RETIRING or (w.op != op and not w.leaving)):
                 w.kill()
-        waiting = [w for w in waiting if not w.leaving]
+        waiting = self.waiting()
         for w in sorted(waiting, key=lambda w: -w.slot)[:max(0, len(waiting) - wanted)]:
             w.kill()  # no subject is left to give it
         if len(waiting) >= wanted or now < self.retry_after:
