@@ -83,8 +83,8 @@ RUNNER = textwrap.dedent("""
     from habitrun.spec.policy import RunPolicy
 
     if __name__ == "__main__":
-        ops, root, method, pidfile = sys.argv[1:5]
-        b = ProcessBackend.from_policy(RunPolicy(workers=2, start_method=method))
+        ops, root, method, pidfile, mode = sys.argv[1:6]
+        b = ProcessBackend.from_policy(RunPolicy(workers=2, start_method=method, parallel_mode=mode))
         tasks = [SubjectTask(key=f"k{i}", subject_id=f"S{i}", fields={"do": "sleep", "sec": 0.3},
                              inputs={}, workdir=f"{root}/w{i}", log_path=f"{root}/l{i}.log")
                  for i in range(200)]
@@ -99,12 +99,14 @@ RUNNER = textwrap.dedent("""
 
 @pytest.mark.slow
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("method", ["forkserver", "spawn", "fork"])
-def test_workers_exit_by_themselves_when_the_runner_is_sigkilled(tmp_path: Path, method):
+@pytest.mark.parametrize("method, mode", [("forkserver", "persistent"), ("spawn", "persistent"),
+                                          ("fork", "persistent"), ("forkserver", "isolated")])
+def test_workers_exit_by_themselves_when_the_runner_is_sigkilled(tmp_path: Path, method, mode):
+    # isolated: the pids include the waiting spares (forked once the first subjects run)
     script = tmp_path / "runner.py"
     script.write_text(RUNNER)
     pidfile = tmp_path / "pids.json"
-    runner = subprocess.Popen([sys.executable, str(script), OPS_DIR, str(tmp_path), method, str(pidfile)])
+    runner = subprocess.Popen([sys.executable, str(script), OPS_DIR, str(tmp_path), method, str(pidfile), mode])
     try:
         deadline = time.monotonic() + 30
         pids: list[int] = []
@@ -114,7 +116,7 @@ def test_workers_exit_by_themselves_when_the_runner_is_sigkilled(tmp_path: Path,
                     pids = json.loads(pidfile.read_text())
                 except ValueError:
                     pids = []
-                if len(pids) >= 2:
+                if len(pids) >= (2 if mode == "persistent" else 6):
                     break
             time.sleep(0.05)
         assert len(pids) >= 2, "the runner never started its workers"

@@ -71,6 +71,7 @@ class WorkerHandle:
         self.kill_at: float | None = None  # SIGKILL then (set while STOPPING)
         self.scratch_path: str | None = None  # its fds 1 and 2 (see invoke)
         self.log_owed: tuple[SubjectTask, int, str] | None = None  # (task, output start, what happened)
+        self.spare = False  # isolated mode: started ahead for its slot, waiting for a subject (see spares)
 
     # ------------------------------------------------------------ phase
     def move(self, phase: WorkerPhase) -> None:

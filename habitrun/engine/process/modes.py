@@ -31,6 +31,7 @@ class WorkerMode(abc.ABC):
 
     name: str
     learns: bool  # its subjects' durations decide how many runs are queued ahead
+    keeps_spares: bool  # a busy slot gets its next process started ahead (see spares)
 
     @abc.abstractmethod
     def settings(self) -> WorkerSettings:
@@ -54,6 +55,7 @@ class PersistentMode(WorkerMode):
 
     name = "persistent"
     learns = True
+    keeps_spares = False
 
     def __init__(self, policy: RunPolicy) -> None:
         self.recycle = policy.persistent_worker_recycle_after_tasks or 0
@@ -81,10 +83,12 @@ class PersistentMode(WorkerMode):
 
 
 class IsolatedMode(WorkerMode):
-    """One subject per worker process: nothing queued ahead, nothing learnt, it exits by itself."""
+    """One subject per worker process: nothing queued ahead, nothing learnt, it exits by itself;
+    the slot's next process waits ready as a spare."""
 
     name = "isolated"
     learns = False
+    keeps_spares = True
 
     def settings(self) -> WorkerSettings:
         return WorkerSettings(max_tasks=1, max_consecutive_failures=0, reply_hold_sec=0.0)

@@ -14,6 +14,7 @@ import selectors
 import signal
 import tempfile
 import time
+from collections.abc import Callable
 from multiprocessing.connection import wait
 
 from habitrun.engine.contract import OperatorRef
@@ -25,6 +26,7 @@ from habitrun.engine.process.handle import WorkerHandle, signal_group
 from habitrun.engine.process.memory import MemoryWatchdog
 from habitrun.engine.process.modes import WorkerMode
 from habitrun.engine.process.phases import WorkerPhase
+from habitrun.engine.process.spares import Spares
 from habitrun.engine.process.spawner import WorkerSpawner
 from habitrun.engine.process.worker import WorkerConfig
 from habitrun.spec.policy import RunPolicy
@@ -46,14 +48,15 @@ class WorkerPool:
         self._watchdog = MemoryWatchdog(policy.worker_memory_limit_mb, self._watchdog_kill)
         self._sel = selectors.DefaultSelector()  # every live worker's pipe and sentinel, plus wake-up fds
         self._scratch_ids = itertools.count()
+        self.spares = Spares(self.workers, policy.subject_spawn_timeout_sec)  # isolated mode's, see spares
 
     # ------------------------------------------------------------- views
     def live(self) -> list[WorkerHandle]:
         return [w for w in self.workers if not w.dead]
 
     def active(self) -> list[WorkerHandle]:
-        """Live workers not on their way out: the ones that count against the slots."""
-        return [w for w in self.workers if not w.leaving]
+        """Live workers not on their way out nor waiting spares: the ones that count against the slots."""
+        return [w for w in self.workers if not w.leaving and not w.spare]
 
     def running(self) -> int:
         """Workers with a subject in hand (pipelined ones wait behind it and are not counted)."""
@@ -61,9 +64,36 @@ class WorkerPool:
 
     # ------------------------------------------------------------ starting
     def spawn(self, op: OperatorRef, module: str, now: float, scratch_dir: str | None) -> WorkerHandle:
-        """Start one worker in the lowest free slot; raises whatever keeps it from starting."""
+        """A worker for a free slot: a waiting spare of one if there is, else one started in the lowest;
+        raises whatever keeps it from starting."""
         used = {w.slot for w in self.active()}
         slot = next(i for i in range(len(used) + 1) if i not in used)
+        if self.mode.keeps_spares:
+            device = device_for_slot(self.devices, slot)
+            spare = self.spares.take(slot, op, now, lambda other: device_for_slot(self.devices, other) == device)
+            if spare is not None:
+                return spare
+        return self.start(op, module, now, scratch_dir, slot)
+
+    def keep_spares(self, op: OperatorRef, module: str, waiting: int,
+                    bind: Callable[[WorkerHandle, float], None], now: float, scratch_dir: str | None) -> None:
+        """Isolated mode: a spare per busy slot while ``waiting`` subjects wait for a slot (see spares)."""
+        if not self.mode.keeps_spares:
+            return
+        # Busy: running a subject with the operator bound (a slot whose worker still imports it gets
+        # no spare importing it alongside; nor does one whose import hangs or fails)
+        busy = [w.slot for w in self.active() if w.outstanding and not w.binding]
+
+        def start(slot: int) -> WorkerHandle:
+            w = self.start(op, module, now, scratch_dir, slot)
+            w.spare = True
+            return w
+
+        # never more spares than slots: after an OOM backoff, fewer
+        self.spares.keep(busy, min(waiting, self.effective), op, start, lambda w: bind(w, now), now)
+
+    def start(self, op: OperatorRef, module: str, now: float, scratch_dir: str | None, slot: int) -> WorkerHandle:
+        """Start one worker process for ``slot``; raises whatever keeps it from starting."""
         settings = self.mode.settings()
         config = WorkerConfig(
             slot=slot,

@@ -29,11 +29,24 @@ PR_SET_CHILD_SUBREAPER = 36
 REAP_WAIT_SEC = 1.0  # how long the worker waits for killed children to be reaped
 
 
+def _load_libc() -> ctypes.CDLL | None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl  # noqa: B018 - its function pointer is made (and kept by the CDLL) now
+        return libc
+    except (OSError, AttributeError):
+        return None
+
+
+# Loaded once at import, which the fork server does before it forks: building a CDLL and its
+# function pointers cost each isolated worker about 0.4 ms of CPU when done in the worker.
+LIBC = _load_libc()
+
+
 def become_subreaper() -> bool:
     """Linux: orphans below this process come to it instead of init. False where unsupported."""
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        return LIBC is not None and LIBC.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
 

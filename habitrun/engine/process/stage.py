@@ -102,6 +102,9 @@ class StageRun:
                 self.fill(now)
                 if self.flush():
                     continue
+            if self.mode.keeps_spares:  # isolated mode: the busy slots' next processes, ready (see spares)
+                self.pool.keep_spares(self.op, self.module, 0 if book.stopping else len(book.queue),
+                                      self.bind, now, self.scratch_dir)
             if self.done():
                 return
             self.wait_and_handle()
@@ -177,7 +180,8 @@ class StageRun:
                         "no subject was run or recorded as failed") from exc
                 self.spawn_after = time.monotonic() + SPAWN_RETRY_SEC  # go on with the workers there are
                 return started
-            self.bind(w, now)
+            if w.op != self.op:  # a spare comes bound
+                self.bind(w, now)
             active.append(w)
             free += 1
             started = True
@@ -298,7 +302,9 @@ class StageRun:
         elif tag == P.BIND_ERROR:
             w.bound()
             w.head_since = now
-            if not self.book.stopping:
+            if w.spare:  # nobody's failure: the slot's next fresh worker binds (and reports) again
+                w.kill()
+            elif not self.book.stopping:
                 self.book.fail_queue(f"cannot bind operator: {P.read_bind_error(msg)}", FailureKind.EXCEPTION)
         elif tag == P.SKIPPED and w.outstanding:
             w.replies += 1

@@ -16,7 +16,6 @@ that ignores SIGTERM still ends with everything it started.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import queue
 import signal
@@ -38,6 +37,7 @@ from habitrun.engine.invoke import (
     output_mark,
 )
 from habitrun.engine.process import protocol as P
+from habitrun.engine.process import reaper
 from habitrun.engine.process.beacon import Beacon
 from habitrun.engine.process.outbox import Outbox
 from habitrun.engine.process.reaper import after_subject, become_subreaper, kill_below, snapshot
@@ -72,8 +72,7 @@ def _kill_own_group(*_: Any) -> None:
 def _die_with_parent(parent_pid: int) -> None:
     """Ask Linux for SIGTERM when the parent goes; exit now if it already went."""
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        reaper.LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)  # type: ignore[union-attr]
     except (OSError, AttributeError):
         return
     if parent_pid > 0 and os.getppid() != parent_pid:
