@@ -69,6 +69,11 @@ class StageBook:
         worker.outstanding.clear()
         self.requeue(rest)
 
+    def take_back(self, w: WorkerHandle, count: int) -> None:
+        """``w`` gave back its last ``count`` runs unstarted (RECALLED): queue them again, first."""
+        count = min(count, len(w.outstanding))
+        self.requeue([w.outstanding.pop() for _ in range(count)][::-1])
+
     def requeue(self, tasks: Iterable[SubjectTask]) -> None:
         """Run these again (first), or drop them when stopping (a resume runs them)."""
         if not self.stopping:
