@@ -15,7 +15,7 @@ from habitrun.engine.contract import FailureKind, SubjectOutcome, SubjectTask
 from habitrun.engine.process.handle import WorkerHandle
 from habitrun.engine.process.pool import WorkerPool
 
-TARGET_QUEUED_SEC = 0.06  # work queued ahead per worker when subjects are short (5 ms: ~15% more runner CPU at w=1 ms)
+TARGET_QUEUED_SEC = 0.15  # work queued ahead per worker when subjects are short (take-back keeps it off the tail)
 MAX_DEPTH = 64  # runs a worker holds at most (running + queued)
 PER_SUBJECT_COST_SEC = 50e-6  # a worker's own cost per subject, on top of the operator's
 
