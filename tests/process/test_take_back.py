@@ -48,3 +48,37 @@ def test_a_second_stage_after_take_backs_runs_on_the_same_workers(make_backend, 
         got = run(b, op("once", {"marks": str(marks)}, stage=stage), tasks(*fields, stage=stage))
         assert len(got) == 191 and all(o.ok for o in got.values())
     assert len(b.started_pids) == 2
+
+
+def test_a_recall_takes_exactly_the_runs_not_taken_and_says_how_many():
+    # The worker's inbox on a real pipe: two runs taken, three waiting, then a RECALL.
+    import socket
+    from multiprocessing.connection import Connection
+
+    from habitrun.engine.process import protocol as P
+    from habitrun.engine.process.inbox import Inbox
+    from habitrun.engine.process.outbox import Outbox
+
+    runner, worker = socket.socketpair()
+    conn = Connection(worker.detach())
+    inbox = Inbox(conn, Outbox(conn.fileno(), 0.0), on_runner_gone=lambda: None)
+    try:
+        def send(*messages):
+            runner.sendall(b"".join(P.frame(P.dumps(m)) for m in messages))
+
+        send(P.bind_message(None), *[(P.RUN, i) for i in range(5)])
+        assert inbox.get()[0] == P.BIND
+        assert [inbox.get()[1] for _ in range(2)] == [0, 1]  # taken: these run here
+        send((P.RECALL,), (P.RUN, 5))
+        reader = P.FrameReader()
+        replies: list = []
+        while not replies:
+            replies = [P.loads(f) for f in reader.feed(runner.recv(4096))]
+        assert replies == [P.recalled_message(3)]  # runs 2, 3 and 4, never taken here
+        assert inbox.get() == (P.RUN, 5)  # what was sent after the RECALL stays
+        assert inbox.empty()
+        send((P.EXIT,))
+        assert inbox.get() == (P.EXIT,)
+    finally:
+        runner.close()
+        conn.close()
