@@ -11,9 +11,12 @@ is free: a subject never waits queued behind another while a worker is idle
 or not started yet. Only once the stage's subjects are known to be short
 (their durations so far, see ``book``) does a worker get subjects queued
 ahead of the one it runs, sent together in one write and refilled at half
-depth. A worker is rebound (BIND) when the stage's operator differs from the
-one it holds; the BIND precedes the stage's runs on the same pipe, so it can
-never run the previous stage's operator.
+depth. Once nothing is queued, a worker that runs nothing takes back what
+busy workers have queued and not started (RECALL, answered by RECALLED:
+see ``inbox``), so queueing deep never holds a subject behind a long one
+while a worker is idle. A worker is rebound (BIND) when the stage's
+operator differs from the one it holds; the BIND precedes the stage's runs
+on the same pipe, so it can never run the previous stage's operator.
 
 Outcomes are reported (and so committed) before anything slow is started:
 booting a fork server takes most of a second, which a finished subject must
