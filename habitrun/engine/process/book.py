@@ -15,7 +15,7 @@ from habitrun.engine.contract import FailureKind, SubjectOutcome, SubjectTask
 from habitrun.engine.process.handle import WorkerHandle
 from habitrun.engine.process.pool import WorkerPool
 
-TARGET_QUEUED_SEC = 0.06  # work queued ahead per worker when subjects are short (5 ms: ~15% more runner CPU at w=1 ms)
+TARGET_QUEUED_SEC = 0.15  # work queued ahead per worker when subjects are short (take-back keeps it off the tail)
 MAX_DEPTH = 64  # runs a worker holds at most (running + queued)
 PER_SUBJECT_COST_SEC = 50e-6  # a worker's own cost per subject, on top of the operator's
 
@@ -68,6 +68,11 @@ class StageBook:
         rest = list(worker.outstanding)
         worker.outstanding.clear()
         self.requeue(rest)
+
+    def take_back(self, w: WorkerHandle, count: int) -> None:
+        """``w`` gave back its last ``count`` runs unstarted (RECALLED): queue them again, first."""
+        count = min(count, len(w.outstanding))
+        self.requeue([w.outstanding.pop() for _ in range(count)][::-1])
 
     def requeue(self, tasks: Iterable[SubjectTask]) -> None:
         """Run these again (first), or drop them when stopping (a resume runs them)."""

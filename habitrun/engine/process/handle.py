@@ -65,6 +65,7 @@ class WorkerHandle:
         self.op: OperatorRef | None = None  # the operator of its last BIND
         self.bind_until: float | None = None  # a BIND awaits its answer until then (inf: no limit)
         self.outstanding: deque[SubjectTask] = deque()
+        self.recalling = False  # a RECALL awaits its RECALLED: nothing more is sent to it until then
         self.head_since = now
         self.successes = 0
         self.consecutive_failures = 0
@@ -137,6 +138,11 @@ class WorkerHandle:
         except OSError:  # BrokenPipe/ConnectionReset: the worker is dying; its sentinel will say how
             self.writable = False
             return False
+
+    def unstarted(self) -> int:
+        """How many of its runs it has not started yet (the beacon's view: it may start one any moment)."""
+        ended, running, _ = self.progress()
+        return len(self.outstanding) - ended - (running is not None)
 
     def progress(self) -> tuple[int, int | None, float]:
         """``(ended, running, started_at)`` from the beacon.

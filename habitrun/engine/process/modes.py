@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from habitrun.engine.process.handle import WorkerHandle
 from habitrun.spec.policy import RunPolicy
 
-REPLY_HOLD_SEC = 0.04  # a worker holds a success at most this long to send it with the next ones
+REPLY_HOLD_SEC = 0.1  # a worker holds a success at most this long to send it with the next ones
 
 
 @dataclass(frozen=True)

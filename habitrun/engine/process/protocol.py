@@ -1,8 +1,10 @@
 """The messages between the runner and a worker, one pickled tuple per frame.
 
-Runner -> worker: ``(BIND, op)``, ``(RUN, task_tuple)``, ``(RETIRE,)``, ``(EXIT,)``, ``(TERMINATE,)``.
+Runner -> worker: ``(BIND, op)``, ``(RUN, task_tuple)``, ``(RECALL,)``, ``(RETIRE,)``, ``(EXIT,)``,
+``(TERMINATE,)``.
 Worker -> runner: ``(BOUND,)``, ``(BIND_ERROR, message, traceback)``,
-``(DONE, ok, result, error, kind, traceback, duration, usage)`` (usage: see engine/usage.py), ``(SKIPPED,)``.
+``(DONE, ok, result, error, kind, traceback, duration, usage)`` (usage: see engine/usage.py), ``(SKIPPED,)``,
+``(RECALLED, n)``: the last ``n`` runs sent before the RECALL were taken back unstarted (see ``inbox``).
 
 Several RUN frames travel in one write (one wake-up of the worker) when
 subjects are short; each run is still pickled on its own, so a task that
@@ -30,6 +32,7 @@ from habitrun.engine.contract import OperatorRef, SubjectOutcome, SubjectTask, n
 
 BIND = "bind"
 RUN = "run"
+RECALL = "recall"  # give back every run not started yet (answered by RECALLED)
 RETIRE = "retire"  # skip every run not yet started, then exit
 TERMINATE = "terminate"  # end now with everything below (read by the worker's reader thread)
 EXIT = "exit"
@@ -39,6 +42,7 @@ BOUND = "bound"
 BIND_ERROR = "bind_error"
 DONE = "done"
 SKIPPED = "skipped"
+RECALLED = "recalled"
 
 PROTOCOL = pickle.HIGHEST_PROTOCOL
 READ_CHUNK = 1 << 18
@@ -63,6 +67,15 @@ def bind_error_message(error: str, traceback: str) -> tuple[Any, ...]:
 
 def read_bind_error(message: tuple[Any, ...]) -> str:
     """Why a worker could not bind the operator, in one line."""
+    return message[1]
+
+
+def recalled_message(count: int) -> tuple[Any, ...]:
+    """The answer to RECALL: this many runs, the last ones sent, were taken back and will not run here."""
+    return (RECALLED, count)
+
+
+def read_recalled(message: tuple[Any, ...]) -> int:
     return message[1]
 
 

@@ -11,9 +11,12 @@ is free: a subject never waits queued behind another while a worker is idle
 or not started yet. Only once the stage's subjects are known to be short
 (their durations so far, see ``book``) does a worker get subjects queued
 ahead of the one it runs, sent together in one write and refilled at half
-depth. A worker is rebound (BIND) when the stage's operator differs from the
-one it holds; the BIND precedes the stage's runs on the same pipe, so it can
-never run the previous stage's operator.
+depth. Once nothing is queued, a worker that runs nothing takes back what
+busy workers have queued and not started (RECALL, answered by RECALLED:
+see ``inbox``), so queueing deep never holds a subject behind a long one
+while a worker is idle. A worker is rebound (BIND) when the stage's
+operator differs from the one it holds; the BIND precedes the stage's runs
+on the same pipe, so it can never run the previous stage's operator.
 
 Outcomes are reported (and so committed) before anything slow is started:
 booting a fork server takes most of a second, which a finished subject must
@@ -154,7 +157,7 @@ class StageRun:
             w.send((P.RETIRE,))
 
     def can_take(self, w: WorkerHandle) -> bool:
-        if w.leaving or not w.can_send or len(w.outstanding) >= self.book.depth:
+        if w.leaving or not w.can_send or w.recalling or len(w.outstanding) >= self.book.depth:
             return False
         return self.mode.may_take(w)
 
@@ -198,6 +201,8 @@ class StageRun:
         book.learn()
         queue = book.queue
         active = self.pool.active()
+        if len(active) > 1:
+            active.sort(key=lambda w: len(w.outstanding))  # the idlest first: what is left goes where it runs now
         for w in active:
             if w.op != self.op:
                 if w.outstanding or not w.can_send:
@@ -223,6 +228,24 @@ class StageRun:
                 frames.append(data)
             if frames:
                 w.write(frames[0] if len(frames) == 1 else b"".join(frames))
+        if not queue:
+            self.take_back(active)
+
+    def take_back(self, active: list[WorkerHandle]) -> None:
+        """A worker is idle and nothing is queued: recall the runs busy workers have not started.
+
+        What comes back (RECALLED) is queued again and shared out by the next
+        fill, so queueing deep never leaves a worker idle while a subject waits.
+        """
+        if self.book.stopping or not any(self.idle(w) for w in active):
+            return
+        for w in active:
+            if not w.recalling and not w.leaving and w.can_send and w.unstarted() > 0:
+                w.recalling = w.send((P.RECALL,))
+
+    def idle(self, w: WorkerHandle) -> bool:
+        """Ready for this stage's runs and running none."""
+        return not w.outstanding and not w.binding and w.op == self.op and self.can_take(w)
 
     # -------------------------------------------------------------- waiting
     def wait_and_handle(self) -> None:
@@ -306,6 +329,9 @@ class StageRun:
                 w.kill()
             elif not self.book.stopping:
                 self.book.fail_queue(f"cannot bind operator: {P.read_bind_error(msg)}", FailureKind.EXCEPTION)
+        elif tag == P.RECALLED:
+            w.recalling = False
+            self.book.take_back(w, P.read_recalled(msg))
         elif tag == P.SKIPPED and w.outstanding:
             w.replies += 1
             task = w.outstanding.popleft()

@@ -17,10 +17,8 @@ that ignores SIGTERM still ends with everything it started.
 from __future__ import annotations
 
 import os
-import queue
 import signal
 import sys
-import threading
 import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -39,6 +37,7 @@ from habitrun.engine.invoke import (
 from habitrun.engine.process import protocol as P
 from habitrun.engine.process import reaper
 from habitrun.engine.process.beacon import Beacon
+from habitrun.engine.process.inbox import Inbox
 from habitrun.engine.process.outbox import Outbox
 from habitrun.engine.process.reaper import after_subject, become_subreaper, kill_below, snapshot
 from habitrun.engine.process.threads import apply_thread_caps
@@ -100,49 +99,6 @@ def _prepare(config: WorkerConfig) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = config.cuda_device
 
 
-class _Inbox:
-    """Messages from the runner, read ahead by a thread; RETIRE takes effect at once.
-
-    The thread takes every frame that has arrived with one read, so a batch
-    of runs costs the worker one wake-up and one hand-over, not one per run.
-    """
-
-    def __init__(self, conn: Connection) -> None:
-        self.conn = conn
-        self.messages: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
-        self.retired = False
-        self.leaving = False
-        threading.Thread(target=self._read, name="habitrun-inbox", daemon=True).start()
-
-    def _read(self) -> None:
-        reader = P.FrameReader()
-        fd = self.conn.fileno()
-        while True:
-            try:
-                frames = reader.read(fd)
-            except OSError:
-                frames = None
-            if frames is None:
-                if not self.leaving:
-                    _kill_own_group()  # the runner is gone: take everything we started with us
-                return
-            for data in frames:
-                try:
-                    message = P.loads(data)
-                except BaseException as exc:  # noqa: BLE001 - a message the worker cannot rebuild
-                    self.messages.put((P.UNDECODABLE, one_line(exc)))
-                    continue
-                tag = message[0]
-                if tag == P.TERMINATE:
-                    _kill_own_group()
-                if tag in (P.RETIRE, P.EXIT):
-                    self.retired = self.retired or tag == P.RETIRE
-                    self.leaving = True
-                    self.messages.put((P.EXIT,))
-                    return
-                self.messages.put(message)
-
-
 def _outcome_message(outcome: SubjectOutcome) -> bytes:
     try:
         return P.dumps(P.done_message(outcome))
@@ -172,7 +128,7 @@ def _bind(op: Any, outbox: Outbox) -> tuple[BoundOperator | None, str]:
     return bound, NOT_BOUND
 
 
-def _refusal(message: tuple[Any, ...], inbox: _Inbox, bound: BoundOperator | None, bind_error: str) -> bytes | None:
+def _refusal(message: tuple[Any, ...], inbox: Inbox, bound: BoundOperator | None, bind_error: str) -> bytes | None:
     """The reply to a run answered without running it, or None when it is to run."""
     if message[0] == P.UNDECODABLE:
         return _failure(f"task could not be unpickled in the worker: {message[1]}", FailureKind.UNPICKLABLE)
@@ -194,7 +150,7 @@ def _run(bound: BoundOperator, message: tuple[Any, ...], config: WorkerConfig, b
     return outcome
 
 
-def _leave(conn: Connection, inbox: _Inbox, outbox: Outbox) -> NoReturn:
+def _leave(conn: Connection, inbox: Inbox, outbox: Outbox) -> NoReturn:
     inbox.leaving = True
     outbox.flush()
     kill_below(only_strays=False)
@@ -209,17 +165,17 @@ def worker_main(conn: Connection, config: WorkerConfig, beacon: Beacon) -> None:
     """Entry point of every worker process (persistent or isolated)."""
     _prepare(config)
     capture_output_in(config.scratch_path)
-    inbox = _Inbox(conn)
     outbox = Outbox(conn.fileno(), 0.0 if config.max_tasks else config.reply_hold_sec)
+    inbox = Inbox(conn, outbox, _kill_own_group)
     bound: BoundOperator | None = None
     bind_error = NOT_BOUND
     served = 0
     taken = 0  # runs taken from the queue: each gets exactly one reply, in order
     failures_in_row = 0
     while True:
-        if inbox.messages.empty():
+        if inbox.empty():
             outbox.flush()  # never sit on replies while waiting for work
-        message = inbox.messages.get()
+        message = inbox.get()
         tag = message[0]
         if tag == P.EXIT:
             break
@@ -238,7 +194,7 @@ def worker_main(conn: Connection, config: WorkerConfig, beacon: Beacon) -> None:
             # The runner retires this worker; the runs queued behind this one must not start here.
             inbox.retired = True
         outbox.send(_outcome_message(outcome),
-                    hold=outcome.ok and inbox.messages.qsize() >= HOLD_WHILE_QUEUED)
+                    hold=outcome.ok and inbox.qsize() >= HOLD_WHILE_QUEUED)
         served += 1
         if config.max_tasks and served >= config.max_tasks:
             break

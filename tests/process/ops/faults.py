@@ -183,3 +183,11 @@ def busy(subject, ms=1.0):
 
 def total(collection):
     return sum(collection.values())
+
+
+def once(subject, marks):
+    """Sleep ``fields["sec"]`` (default 0), failing if this subject already ran (a marker file per subject)."""
+    fd = os.open(os.path.join(marks, subject.id), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    os.close(fd)
+    time.sleep(float(subject.fields.get("sec", 0)))
+    return {"id": subject.id, "pid": os.getpid(), "ended": time.monotonic()}
