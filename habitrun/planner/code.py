@@ -150,6 +150,12 @@ def study_modules(module: str, roots: Sequence[str]) -> tuple[dict[str, str], se
     return files, external
 
 
+def _name_version(dist: metadata.Distribution) -> tuple[str, str]:
+    """(Name, Version) from one parse of METADATA (``dist.version`` would parse it again)."""
+    meta = dist.metadata
+    return meta["Name"], meta["Version"]
+
+
 class _Distributions:
     """Top-level import name -> installed distribution, looked up only for the names asked about."""
 
@@ -161,7 +167,8 @@ class _Distributions:
     def version_of(self, top: str) -> tuple[str, str] | None:
         try:
             dist = metadata.distribution(top)  # the usual case: numpy, torch, nibabel, SimpleITK
-            return dist.metadata["Name"] or top, dist.version
+            name, version = _name_version(dist)
+            return name or top, version
         except metadata.PackageNotFoundError:
             pass
         except Exception:  # noqa: BLE001 - broken metadata of an unrelated package
@@ -170,7 +177,7 @@ class _Distributions:
         if dist is None:
             return None
         try:
-            return dist.metadata["Name"], dist.version
+            return _name_version(dist)
         except Exception:  # noqa: BLE001
             return None
 

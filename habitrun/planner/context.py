@@ -148,7 +148,8 @@ def build_context(
     unreadable input file, listing every one found (up to 20).
 
     ``verify_only`` (validate): only check that every input file is there and readable; nothing
-    is hashed, so the keys of that context are not the plan's."""
+    is hashed and no code is read (syntax trees, package versions), so the keys of that context
+    are not the plan's."""
     recipe = loaded.recipe
     columns = file_columns(loaded, subjects)
     policies = {s.name: recipe.stage_policy(s.name) for s in recipe.stages}
@@ -196,7 +197,8 @@ def _stage_inputs(loaded: LoadedRecipe, index: int, columns: Mapping[str, bool],
         except RecipeError as exc:
             problems.extend(exc.problems)
     search_path, root = tuple(loaded.search_path), Path(loaded.root)
-    code = stage_code(stage, search_path, root)
+    # validate keeps no key: its context skips reading the code (syntax trees, package versions)
+    code = CodeInfo("verify-only") if verify_only else stage_code(stage, search_path, root)
     in_key = policy.rerun_on_package_change
     pieces = [code.fingerprint]
     if inputs:

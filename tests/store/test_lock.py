@@ -101,3 +101,21 @@ def test_unusable_lock_location_is_a_store_error(tmp_path: Path) -> None:
 
 def test_default_lock_path_sits_beside_the_store(tmp_path: Path) -> None:
     assert default_lock_path(tmp_path / "store") == tmp_path / "store.lock"
+
+
+@pytest.mark.timeout(60)
+def test_the_recorded_process_start_is_psutils_create_time(tmp_path: Path, child) -> None:
+    """Read from /proc without importing psutil, the start time still equals psutil's, so a lock
+    file written by an earlier release (which used psutil) is judged the same way."""
+    path = tmp_path / "store.lock"
+    proc = child(HOLDER, str(path))
+    pid = wait_locked(proc)["locked"]
+    info = read_holder(path)
+    assert info is not None
+    assert abs(info["process_start"] - psutil.Process(pid).create_time()) < 0.01
+    assert holder_alive(info) is True
+    assert holder_alive({**info, "process_start": info["process_start"] - 5}) is False  # pid reused
+    proc.kill()
+    proc.wait(timeout=30)
+    assert holder_alive(info) is False
+    assert holder_alive({**info, "pid": -1}) is False

@@ -20,7 +20,9 @@ new one boots, instead of waiting most of a second for it.
 
 from __future__ import annotations
 
+import atexit
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -29,6 +31,7 @@ from multiprocessing import connection, forkserver, resource_tracker, spawn, uti
 from typing import Any
 
 PARENT_GONE_WAIT_SEC = 1.0  # how long an error in the server may wait to see its parent go
+STOP_WAIT_SEC = 10.0  # how long the runner waits for a stopped server before killing it
 
 
 def _parent_gone(parent_pid: int, alive_r: int) -> bool:
@@ -61,13 +64,30 @@ def main(listener_fd: int, alive_r: int, preload: list[str], parent_pid: int = 0
         if ready_fd >= 0:
             os.write(ready_fd, b"r")
             os.close(ready_fd)
-        forkserver.main(listener_fd, alive_r, preload, main_path, sys_path)
+        try:
+            forkserver.main(listener_fd, alive_r, preload, main_path, sys_path)
+        except SystemExit as done:  # the runner closed the alive pipe: it waits for this exit
+            _exit_quickly(done.code)
     except SystemExit:
         raise
     except BaseException:
         if _parent_gone(parent_pid, alive_r):
             os._exit(0)
         raise
+
+
+def _exit_quickly(code: object) -> None:
+    """Exit as a normal exit would (``atexit`` handlers run, output flushed) but without the
+    interpreter's teardown of every preloaded module: the runner reaps the server at the end of
+    each run, and that teardown was most of the wait."""
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):
+            raise SystemExit(code) from None  # let Python's shutdown report it as it always does
+    os._exit(code if isinstance(code, int) else (0 if code is None else 1))
 
 
 class PrivateForkServer(forkserver.ForkServer):
@@ -156,10 +176,29 @@ class PrivateForkServer(forkserver.ForkServer):
         alive, self._forkserver_alive_fd = self._forkserver_alive_fd, None
         if alive is not None:
             os.close(alive)  # asks the server to stop
-        try:
-            popen.wait(timeout=10)
-        except subprocess.TimeoutExpired:
+        if not _wait_exit(popen, STOP_WAIT_SEC):
             popen.kill()
             popen.wait()
         self._forget()
 
+
+def _wait_exit(popen: subprocess.Popen[bytes], timeout: float) -> bool:
+    """Reap ``popen`` once it exits, within ``timeout``; False if it has not exited by then.
+
+    A pidfd wakes the runner the moment the server exits; ``Popen.wait(timeout=...)`` polls
+    with growing sleeps, which cost a run's end 8-16 ms after the server had gone.
+    """
+    try:
+        pidfd = os.pidfd_open(popen.pid)
+    except (AttributeError, OSError):  # not Linux >= 5.3, or already reaped
+        pidfd = None
+    if pidfd is not None:
+        try:
+            select.select([pidfd], [], [], timeout)
+        finally:
+            os.close(pidfd)
+    try:
+        popen.wait(timeout=0 if pidfd is not None else timeout)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
