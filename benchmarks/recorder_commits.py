@@ -3,7 +3,8 @@
 Runs ``engine_cpu.py``'s study (a warm-up stage, then N subjects of ``ms`` busy
 milliseconds on 2 workers) with the recorder's pieces wrapped in per-thread CPU
 clocks, counted over the measured stage only: a whole commit (``Recorder._write``),
-the store's transaction (``CheckpointStore.put``: rows, BEGIN, the inserts, COMMIT),
+the store's transaction (``CheckpointStore.put``: rows, BEGIN, the inserts, COMMIT) and of it
+SQLite's ``BEGIN IMMEDIATE`` and ``COMMIT`` (as diskcache runs them),
 the events (``EventStream.emit_many``: the log lines, then the observer) and of those
 the log file's lines and write (``EventLog.write_many``). Each wrapped call costs two
 clock reads (about a microsecond): the figures are a breakdown, not a replacement for
@@ -52,9 +53,26 @@ def _wrap(cls, name, label):
 for _cls, _name, _label in ((Recorder, "_write", "commit"), (CheckpointStore, "put", "put"),
                             (EventStream, "emit_many", "emit"), (EventLog, "write_many", "log lines")):
     _wrap(_cls, _name, _label)
+
+import diskcache
+_sql = diskcache.Cache._sql.fget
+
+def _statement(execute):
+    def timed(sql, *args):
+        if sql not in ("BEGIN IMMEDIATE", "COMMIT") or "stage_started" not in marks or "stage_finished" in marks:
+            return execute(sql, *args)
+        start = _time.thread_time()
+        result = execute(sql, *args)
+        cell = _acc[sql.split()[0]]
+        cell[0] += 1
+        cell[1] += _time.thread_time() - start
+        return result
+    return timed
+
+diskcache.Cache._sql = property(lambda cache: _statement(_sql(cache)))
 atexit.register(lambda: print(json.dumps({k: [c, s] for k, (c, s) in _acc.items()})))
 '''
-LABELS = ("commit", "put", "emit", "log lines")
+LABELS = ("commit", "put", "BEGIN", "COMMIT", "emit", "log lines")
 
 
 def one_run(tree: Path, n: int, ms: float) -> dict[str, list[float]]:
