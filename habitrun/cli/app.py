@@ -25,6 +25,7 @@ from habitrun import __version__
 from habitrun.cli.fastexit import exit_now
 from habitrun.cli.text import esc
 from habitrun.errors import EXIT_INTERRUPTED, HabitrunError
+from habitrun.spec.pluginsoff import plugins_off
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -91,7 +92,8 @@ class _Placeholder(typer.core.TyperCommand):
 
 def _import_command(name: str) -> typer.core.TyperCommand:
     """Import ``habitrun.cli.<name>`` (its ``@app.command`` registers) and build its click command."""
-    importlib.import_module(f"habitrun.cli.{name}")
+    with plugins_off():  # the models its modules define are built as they import (see spec/pluginsoff)
+        importlib.import_module(f"habitrun.cli.{name}")
     _end_startup_pause()
     info = next(c for c in app.registered_commands
                 if (c.name or typer.main.get_command_name(c.callback.__name__)) == name)  # type: ignore[union-attr]

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import habitrun
+from habitrun.spec.pluginsoff import starts_no_python
 
 
 def _user() -> str | None:
@@ -151,7 +152,7 @@ def start_git_state(folder: Path) -> None:
     state: dict[str, Any] = {}
     thread = threading.Thread(target=lambda: state.update(git_state(folder)), name="habitrun-git-state",
                               daemon=True)  # not waited for by an exit (a run with nothing to do never asks)
-    thread.start()
+    starts_no_python(thread).start()  # git only: the CLI may still build its models without plugin lookup
     _early_git[folder] = (thread, state)
 
 

@@ -85,3 +85,47 @@ def test_a_variable_set_by_the_user_is_kept(plugin_path: Path) -> None:
     ''', plugin_path)
     assert "ENV __all__" in out
     assert "PLUGIN" not in out
+
+
+def test_a_thread_marked_as_starting_no_python_does_not_keep_the_plugins_on(plugin_path: Path) -> None:
+    out = run_script('''
+        import threading
+        from habitrun.spec.pluginsoff import starts_no_python
+        stop = threading.Event()
+        t = starts_no_python(threading.Thread(target=stop.wait))
+        t.start()
+        try:
+            import habitrun.spec.loader
+        finally:
+            stop.set()
+            t.join()
+    ''', plugin_path)
+    assert "PLUGIN habitrun" not in out
+
+
+def test_a_cli_run_builds_every_model_without_the_lookup(plugin_path: Path, tmp_path: Path) -> None:
+    """`run` imports the policy models through the engine, with git's state read in a thread meanwhile."""
+    study = tmp_path / "study"
+    study.mkdir()
+    (study / "ops.py").write_text("def one(subject):\n    return {'n': 1}\n")
+    (study / "subjects.csv").write_text("subject_id\na\nb\n")
+    (study / "recipe.yaml").write_text(
+        "habitrun: 1\nname: p\nsubjects: {manifest: subjects.csv, id: subject_id}\n"
+        "policy: {backend: process, workers: 1}\nstages:\n  - {name: one, operator: ops:one}\n")
+    out = run_script(f'''
+        import sys, threading
+        from habitrun.cli.app import main
+        from habitrun.store.provenance import start_git_state
+        start_git_state({str(study)!r})  # as the console script does before the command imports
+        code = 0
+        try:
+            main(["run", {str(study / "recipe.yaml")!r}, "-q"])
+        except SystemExit as done:
+            code = done.code
+        print("EXIT", code)
+        import pydantic.plugin._loader as loader
+        print("LOOKED UP", loader._plugins is not None)
+    ''', plugin_path)
+    assert "EXIT 0" in out, out
+    assert "LOOKED UP False" in out, out
+    assert "PLUGIN habitrun" not in out, out
