@@ -13,7 +13,12 @@ import pytest
 
 from habitrun.errors import StoreError
 from habitrun.store.events import EventLog
-from habitrun.store.provenance import collect_provenance, git_state, package_versions, start_git_state
+from habitrun.store.provenance import (
+    collect_provenance,
+    git_state,
+    package_versions,
+    start_git_state,
+)
 from habitrun.store.runs import RunFolder, latest_run, list_runs, work_dir
 
 
