@@ -147,9 +147,8 @@ class CheckpointStore(StoreQueries):
         if state is StoreDirState.HABITRUN:
             damage = check_and_repair(directory)  # skipped when the seal says it was closed cleanly
         break_seal(directory / DB_NAME)  # before the first byte written (see habitrun.store.seal)
-        if state is not StoreDirState.HABITRUN:
-            mark_new_store(directory)
-        cache = dc.open_cache(directory)
+        held = mark_new_store(directory) if state is not StoreDirState.HABITRUN else None
+        cache = dc.open_cache(directory, held)
         try:
             store = cls(directory, dc.connection(cache), cache)
             with store._transaction() as con:

@@ -23,6 +23,7 @@ from typing import Any
 import diskcache
 
 from habitrun.errors import StoreError
+from habitrun.store.guard import DB_NAME
 from habitrun.store.records import RECORDS
 
 CACHE_TABLE = "Cache"
@@ -39,14 +40,40 @@ KEYS_PARAM = "(SELECT value FROM json_each(?))"  # one query for any number of k
 Stored = tuple[int, int, "str | None", Any]
 
 
-def open_cache(directory: Path) -> diskcache.Cache:
-    """diskcache's Cache on the store's folder (it writes its settings and tables on opening)."""
+def open_cache(directory: Path, held: sqlite3.Connection | None = None) -> diskcache.Cache:
+    """diskcache's Cache on the store's folder (it writes its settings and tables on opening).
+
+    diskcache ends its set-up by closing its connection and opening it again. Were that the
+    only connection, SQLite would checkpoint the write-ahead log into the file and delete it,
+    then create it anew: four fsyncs of a set-up that needs none. So a connection that has read
+    the database (``held``, as :func:`~habitrun.store.schema.mark_new_store` leaves it; else
+    one opened here) stays open meanwhile: the log is kept, and checkpointed at the store's close.
+    """
+    if held is None:
+        try:
+            held = _reader(directory)
+        except sqlite3.Error:
+            pass  # diskcache says what is wrong
     try:
         return diskcache.Cache(str(directory), timeout=60, **SETTINGS)
     except (OSError, diskcache.Timeout) as exc:
         raise StoreError(f"cannot open the checkpoint store at {directory}: {exc}") from None
     except Exception as exc:  # sqlite3.DatabaseError after the read-only check: a race or damage
         raise StoreError(f"cannot open the checkpoint store at {directory}: {exc}") from None
+    finally:
+        if held is not None:
+            held.close()
+
+
+def _reader(directory: Path) -> sqlite3.Connection:
+    """A connection that has read the database: in WAL mode it holds the log open until closed."""
+    con = sqlite3.connect(directory / DB_NAME, timeout=60, isolation_level=None)
+    try:
+        con.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+    except sqlite3.Error:
+        con.close()
+        raise
+    return con
 
 
 def connection(cache: diskcache.Cache) -> sqlite3.Connection:

@@ -145,12 +145,19 @@ def start_git_state(folder: Path) -> None:
 
     `run` starts it first thing: three ``git`` processes (more than 10 ms, far more in a large
     repository) then overlap with the imports and the plan instead of delaying the run folder.
+    The thread also fills ``platform.platform()``'s cache: on Linux that runs ``uname -p`` and
+    reads the Python executable for its libc version (5-10 ms), the same for the whole process.
     """
     folder = Path(folder).resolve()
     if folder in _early_git:
         return
     state: dict[str, Any] = {}
-    thread = threading.Thread(target=lambda: state.update(git_state(folder)), name="habitrun-git-state",
+
+    def read() -> None:
+        state.update(git_state(folder))
+        platform.platform()
+
+    thread = threading.Thread(target=read, name="habitrun-git-state",
                               daemon=True)  # not waited for by an exit (a run with nothing to do never asks)
     starts_no_python(thread).start()  # git only: the CLI may still build its models without plugin lookup
     _early_git[folder] = (thread, state)
@@ -191,8 +198,10 @@ def collect_provenance(
 ) -> dict[str, Any]:
     """The provenance record a run writes when it starts (``finish`` adds the end)."""
     recipe_path = Path(recipe_path).resolve()
+    started_at = datetime.now().astimezone().isoformat(timespec="seconds")
+    git = _started_git_state(recipe_path.parent)  # before platform(): its thread has filled that cache too
     return {
-        "started_at": datetime.now().astimezone().isoformat(timespec="seconds"),
+        "started_at": started_at,
         "user": _user(),
         "host": socket.gethostname(),
         "pid": os.getpid(),
@@ -203,7 +212,7 @@ def collect_provenance(
         "platform": platform.platform(),
         "habitrun": habitrun.__version__,
         "recipe": {"path": str(recipe_path), "sha256": recipe_sha256},
-        "git": _started_git_state(recipe_path.parent),
+        "git": git,
         "operator_packages": package_versions(operator_modules),
         "backend": dict(backend),
     }

@@ -77,6 +77,9 @@ def write() -> None:
     if held == "global":
         kept.append(con)  # alive at exit: only the teardown closes it
     # else: freed only by the cycle collector (its statement cache refers back to it)
+if sys.argv[3] == "frozen":
+    import gc
+    gc.freeze()  # as the CLI does after its imports: the connection is made after, as a command's are
 thread = threading.Thread(target=write)
 thread.start()
 thread.join()
@@ -84,11 +87,22 @@ exit_now(0)
 """
 
 
+@pytest.mark.parametrize("frozen", ["frozen", "-"])
 @pytest.mark.parametrize("held", ["cycle", "global"])
-def test_a_database_left_open_is_closed_and_its_wal_checkpointed(tmp_path: Path, held: str) -> None:
+def test_a_database_left_open_is_closed_and_its_wal_checkpointed(tmp_path: Path, held: str, frozen: str) -> None:
     db = tmp_path / "cache.db"
-    done = subprocess.run([sys.executable, "-c", DATABASE, str(db), held], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-c", DATABASE, str(db), held, frozen], capture_output=True, text=True,
                           timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cache.db"]  # no -wal / -shm left behind
     assert b"CREATE TABLE t" in db.read_bytes()
+
+
+def test_importing_every_command_opens_no_database() -> None:
+    """exit_now looks for open connections only among objects made after the CLI froze its imports."""
+    code = ("import gc, sqlite3\n"
+            "from habitrun.cli.app import load_commands\n"
+            "load_commands()\n"
+            "print(sum(isinstance(o, sqlite3.Connection) for o in gc.get_objects()))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert (done.returncode, done.stdout.strip()) == (0, "0"), done.stderr

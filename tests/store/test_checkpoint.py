@@ -239,7 +239,7 @@ def test_a_concurrent_reader_never_sees_half_a_batch(tmp_path: Path, child) -> N
 def test_a_store_killed_while_being_created_opens(tmp_path: Path) -> None:
     from habitrun.store.schema import mark_new_store as _mark_new_store
 
-    _mark_new_store(tmp_path / "store")  # our tables are in; diskcache never got to run
+    _mark_new_store(tmp_path / "store").close()  # our tables are in; diskcache never got to run
     assert CheckpointStore.exists(tmp_path / "store")
     with CheckpointStore.open(tmp_path / "store", create=False) as store:
         store.put([ok("a", "k", "S", 1)])

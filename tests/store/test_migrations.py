@@ -80,7 +80,7 @@ def test_step_1_to_2_gives_what_the_format_2_habitrun_wrote(tmp_path: Path) -> N
 def test_step_2_to_3_gives_what_a_store_created_today_has(tmp_path: Path) -> None:
     folder = _copy("store_v2", tmp_path)
     _step(folder / "cache.db", 3)
-    mark_new_store(tmp_path / "new")
+    mark_new_store(tmp_path / "new").close()
     assert _shape(folder / "cache.db") == _shape(tmp_path / "new" / "cache.db")
     con = sqlite3.connect(folder / "cache.db")
     try:
@@ -97,7 +97,7 @@ def test_step_2_to_3_gives_what_a_store_created_today_has(tmp_path: Path) -> Non
 def test_every_step_from_format_1_gives_what_a_store_created_today_has(tmp_path: Path) -> None:
     folder = _copy("store_v1", tmp_path)
     _step(folder / "cache.db", STORE_VERSION)
-    mark_new_store(tmp_path / "new")
+    mark_new_store(tmp_path / "new").close()
     assert _shape(folder / "cache.db") == _shape(tmp_path / "new" / "cache.db")
 
 

@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import json
+import platform
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
 from habitrun.errors import StoreError
 from habitrun.store.events import EventLog
-from habitrun.store.provenance import collect_provenance, git_state, package_versions
+from habitrun.store.provenance import (
+    collect_provenance,
+    git_state,
+    package_versions,
+    start_git_state,
+)
 from habitrun.store.runs import RunFolder, latest_run, list_runs, work_dir
 
 
@@ -85,6 +92,25 @@ def test_collect_provenance(tmp_path: Path) -> None:
     assert "numpy" in info["operator_packages"]["numpy.linalg"]
     assert info["git"]["commit"] is None  # tmp_path is no repository
     json.dumps(info)  # JSON-safe
+
+
+def test_the_early_thread_reads_the_platform_before_the_provenance_wants_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real, callers = platform.platform, []
+
+    def spy(*args: object, **kwargs: object) -> str:
+        callers.append(threading.current_thread().name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(platform, "platform", spy)
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("x")
+    start_git_state(tmp_path)
+    info = collect_provenance(recipe_path=recipe, recipe_sha256="ab" * 32, argv=["habitrun", "run"],
+                              operator_modules=[], backend={})
+    assert callers == ["habitrun-git-state", "MainThread"]  # the second is served from platform's cache
+    assert info["platform"] == real()
+    assert info["git"] == {"commit": None, "dirty": None, "root": None}
 
 
 def test_git_state_commit_and_dirty(tmp_path: Path) -> None:
