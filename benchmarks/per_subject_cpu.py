@@ -23,7 +23,6 @@ operator here writes none. With ``--against`` the other tree runs in alternation
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -33,8 +32,8 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from engine_cpu import HERE, OPS  # noqa: E402 - the same operator
-from recorder_commits import WRAP  # noqa: E402 - the same recorder wrappers
+from engine_cpu import OPS, STUDY  # noqa: E402 - the same operator and study
+from recorder_commits import WRAP, alternate  # noqa: E402 - the same recorder wrappers and alternation
 
 CHILD = r'''
 import json, os, sys, tempfile, threading, time
@@ -88,18 +87,7 @@ def diff(t0, t1):
     share = system / ticks if ticks > 0 else 0.0
     return [ran * (1 - share), ran * share]
 
-with tempfile.TemporaryDirectory() as tmp:
-    root = Path(tmp)
-    (root / "subjects.csv").write_text("subject_id\n" + "".join(f"S{i}\n" for i in range(n)))
-    (root / "ops.py").write_text(ops)
-    recipe = {"habitrun": 1, "name": "per-subject-cpu", "subjects": {"manifest": "subjects.csv"},
-              "policy": {"workers": 2, "subject_timeout_sec": 600, "auto_retry_rounds": 0},
-              "stages": [{"name": "warm", "operator": "ops:busy", "params": {"ms": 0.0}},
-                         {"name": "bench", "operator": "ops:busy", "params": {"ms": ms}}]}
-    (root / "recipe.yaml").write_text(json.dumps(recipe))
-    summary = run_study(load_recipe(root / "recipe.yaml"), observer=observe, install_signal_handlers=False)
-    assert summary.exit_code == 0
-    (r0, b0), (r1, b1) = marks["stage_started"], marks["stage_finished"]
+''' + STUDY + r'''    (r0, b0), (r1, b1) = marks["stage_started"], marks["stage_finished"]
     out = {}
     def add(label, pair):
         cell = out.setdefault(label, [0.0, 0.0])
@@ -155,17 +143,8 @@ def one_run(tree: Path, n: int, ms: float) -> dict[str, list[float]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--n", type=int, default=2000, help="subjects in the measured stage (default 2000)")
-    parser.add_argument("--ms", type=float, default=10.0, help="busy ms per subject (default 10)")
-    parser.add_argument("--repeat", type=int, default=3, help="runs of each tree (default 3)")
-    parser.add_argument("--against", type=Path, default=None, help="another checkout, run in alternation")
-    args = parser.parse_args()
-    trees = [HERE] + ([args.against.resolve()] if args.against else [])
-    runs: dict[Path, list[dict[str, list[float]]]] = {tree: [] for tree in trees}
-    for _ in range(args.repeat):
-        for tree in trees:
-            runs[tree].append(one_run(tree, args.n, args.ms))
+    args, runs = alternate(__doc__ or "", one_run)
+    trees = list(runs)
     print(f"CPU µs per subject, N={args.n} x {args.ms:g} ms, 2 workers, {args.repeat} alternating runs: "
           "median of user + system (user, system)")
     print(f"{'':<20} " + " ".join(f"{str(tree)[-26:]:>26}" for tree in trees))
