@@ -29,6 +29,21 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent.parent
 
+# The study: a warm-up stage, then the measured one; ``observe`` sees every event.
+STUDY = r'''
+with tempfile.TemporaryDirectory() as tmp:
+    root = Path(tmp)
+    (root / "subjects.csv").write_text("subject_id\n" + "".join(f"S{i}\n" for i in range(n)))
+    (root / "ops.py").write_text(ops)
+    recipe = {"habitrun": 1, "name": "engine-cpu", "subjects": {"manifest": "subjects.csv"},
+              "policy": {"workers": 2, "subject_timeout_sec": 600, "auto_retry_rounds": 0},
+              "stages": [{"name": "warm", "operator": "ops:busy", "params": {"ms": 0.0}},
+                         {"name": "bench", "operator": "ops:busy", "params": {"ms": ms}}]}
+    (root / "recipe.yaml").write_text(json.dumps(recipe))
+    summary = run_study(load_recipe(root / "recipe.yaml"), observer=observe, install_signal_handlers=False)
+    assert summary.exit_code == 0
+'''
+
 # Runs inside a fresh interpreter with the tree under test first on sys.path; prints one JSON line.
 CHILD = r'''
 import json, sys, tempfile, threading, time
@@ -59,18 +74,7 @@ def observe(event):
     if stage == "bench" and kind in ("stage_started", "stage_finished"):
         marks[kind] = (time.perf_counter(), time.process_time(), threads())
 
-with tempfile.TemporaryDirectory() as tmp:
-    root = Path(tmp)
-    (root / "subjects.csv").write_text("subject_id\n" + "".join(f"S{i}\n" for i in range(n)))
-    (root / "ops.py").write_text(ops)
-    recipe = {"habitrun": 1, "name": "engine-cpu", "subjects": {"manifest": "subjects.csv"},
-              "policy": {"workers": 2, "subject_timeout_sec": 600, "auto_retry_rounds": 0},
-              "stages": [{"name": "warm", "operator": "ops:busy", "params": {"ms": 0.0}},
-                         {"name": "bench", "operator": "ops:busy", "params": {"ms": ms}}]}
-    (root / "recipe.yaml").write_text(json.dumps(recipe))
-    summary = run_study(load_recipe(root / "recipe.yaml"), observer=observe, install_signal_handlers=False)
-    assert summary.exit_code == 0
-    (w0, c0, t0), (w1, c1, t1) = marks["stage_started"], marks["stage_finished"]
+''' + STUDY + r'''    (w0, c0, t0), (w1, c1, t1) = marks["stage_started"], marks["stage_finished"]
     per = {name: (t1[name] - t0.get(name, 0.0)) / n * 1e6 for name in t1}
     print(json.dumps({"wall": (w1 - w0) / n * 1e6, "cpu": (c1 - c0) / n * 1e6,
                       "main": per.get("MainThread", 0.0), "recorder": per.get("habitrun-recorder", 0.0),

@@ -22,7 +22,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from engine_cpu import CHILD, HERE, OPS  # noqa: E402 - the same study, measured the same way
@@ -86,18 +88,24 @@ def one_run(tree: Path, n: int, ms: float) -> dict[str, list[float]]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def alternate(description: str, run: Callable[[Path, int, float], Any]) -> tuple[argparse.Namespace, dict[Path, list]]:
+    """Parse --n/--ms/--repeat/--against, then run this tree and the other in alternation: tree -> runs."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=2000, help="subjects in the measured stage (default 2000)")
     parser.add_argument("--ms", type=float, default=10.0, help="busy ms per subject (default 10)")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each tree (default 3)")
     parser.add_argument("--against", type=Path, default=None, help="another checkout, run in alternation")
     args = parser.parse_args()
     trees = [HERE] + ([args.against.resolve()] if args.against else [])
-    runs: dict[Path, list[dict[str, list[float]]]] = {tree: [] for tree in trees}
+    runs: dict[Path, list] = {tree: [] for tree in trees}
     for _ in range(args.repeat):
         for tree in trees:
-            runs[tree].append(one_run(tree, args.n, args.ms))
+            runs[tree].append(run(tree, args.n, args.ms))
+    return args, runs
+
+
+def main() -> None:
+    args, runs = alternate(__doc__ or "", one_run)
     print(f"recorder CPU, N={args.n} x {args.ms:g} ms, 2 workers, {args.repeat} alternating runs: "
           "µs per call (µs per subject), medians")
     print(f"{'tree':<40} {'commits':>8} " + " ".join(f"{label:>16}" for label in LABELS))

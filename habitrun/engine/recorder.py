@@ -42,7 +42,7 @@ from habitrun.store.trace import COL
 EmitFn = Callable[[list[Event]], None]
 _FLUSH = object()
 _STOP = object()
-GROUP_COMMIT_SEC = 0.05  # at most this long between an outcome's arrival and its commit
+GROUP_COMMIT_SEC = 0.2  # at most this long between an outcome's arrival and its commit
 CHECKPOINT_EVERY_RECORDS = 2000  # about 16 MB of write-ahead log with subjects of small results
 
 
