@@ -159,7 +159,7 @@ def start_git_state(folder: Path) -> None:
 
     thread = threading.Thread(target=read, name="habitrun-git-state",
                               daemon=True)  # not waited for by an exit (a run with nothing to do never asks)
-    starts_no_python(thread).start()  # git only: the CLI may still build its models without plugin lookup
+    starts_no_python(thread).start()  # git and uname only: the CLI may still build its models without plugin lookup
     _early_git[folder] = (thread, state)
 
 
