@@ -138,7 +138,7 @@ def timed(series: Series, argv: list[str], cwd: Path, source: Path | None = None
     took = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
-        raise SystemExit(f"{' '.join(argv)} exited {done.returncode}:\n{done.stderr[-2000:]}")
+        raise SystemExit(f"{' '.join(argv)} exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-2000:]}")
     series.wall.append(took)
     series.cpu.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
 
