@@ -58,42 +58,54 @@ OPS = textwrap.dedent('''
         return {"n": int(row["n"])}
 ''')
 
-POOL_SCRIPT = textwrap.dedent('''
-    import csv, json, multiprocessing, sys
-    from concurrent.futures import ProcessPoolExecutor
-    from functools import partial
 
-    from ops import busy_plain
+def pool_script(func: str, param: str) -> str:
+    """The hand-written peer: read the CSV, map ``ops.func`` (``param`` from argv) with a spawn pool, dump JSON."""
+    return textwrap.dedent(f'''
+        import csv, json, multiprocessing, sys
+        from concurrent.futures import ProcessPoolExecutor
+        from functools import partial
 
-    if __name__ == "__main__":
-        csv_path, ms, workers, out = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-        with open(csv_path, newline="") as f:
-            rows = list(csv.DictReader(f))
-        ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
-            results = list(pool.map(partial(busy_plain, ms=ms), rows, chunksize=1))
-        with open(out, "w") as f:
-            json.dump({row["subject_id"]: r for row, r in zip(rows, results)}, f)
-''')
+        from ops import {func}
+
+        if __name__ == "__main__":
+            csv_path, value, workers, out = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+            with open(csv_path, newline="") as f:
+                rows = list(csv.DictReader(f))
+            ctx = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+                results = list(pool.map(partial({func}, {param}=value), rows, chunksize=1))
+            with open(out, "w") as f:
+                json.dump({{row["subject_id"]: r for row, r in zip(rows, results)}}, f)
+    ''')
+
+
+POOL_SCRIPT = pool_script("busy_plain", "ms")
+
+
+def write_study(folder: Path, n: int, ops: str, pool: str, stage: str, value: float, param: str,
+                workers: int = WORKERS) -> Path:
+    """A one-stage study of ``n`` subjects running ``ops:stage`` with ``param: value``, beside its pool script."""
+    folder.mkdir(parents=True)
+    (folder / "ops.py").write_text(ops)
+    (folder / "pool.py").write_text(pool)
+    (folder / "subjects.csv").write_text("subject_id,n\n" + "".join(f"S{i:05d},{i}\n" for i in range(n)))
+    (folder / "recipe.yaml").write_text(textwrap.dedent(f"""\
+        habitrun: 1
+        name: {stage}-study
+        subjects: {{manifest: subjects.csv, id: subject_id}}
+        policy: {{backend: process, workers: {workers}, subject_timeout_sec: 600}}
+        stages:
+          - name: {stage}
+            operator: ops:{stage}
+            params: {{{param}: {value}}}
+        """))
+    return folder / "recipe.yaml"
 
 
 def make_study(folder: Path, n: int, ms: float) -> Path:
     """A one-stage study of ``n`` subjects that spin ``ms`` milliseconds each."""
-    folder.mkdir(parents=True)
-    (folder / "ops.py").write_text(OPS)
-    (folder / "pool.py").write_text(POOL_SCRIPT)
-    (folder / "subjects.csv").write_text("subject_id,n\n" + "".join(f"S{i:05d},{i}\n" for i in range(n)))
-    (folder / "recipe.yaml").write_text(textwrap.dedent(f"""\
-        habitrun: 1
-        name: cli-overhead
-        subjects: {{manifest: subjects.csv, id: subject_id}}
-        policy: {{backend: process, workers: {WORKERS}, subject_timeout_sec: 600}}
-        stages:
-          - name: busy
-            operator: ops:busy
-            params: {{ms: {ms}}}
-        """))
-    return folder / "recipe.yaml"
+    return write_study(folder, n, OPS, POOL_SCRIPT, "busy", ms, "ms")
 
 
 # Where the timed commands keep their bytecode (set in main): an installed package has its

@@ -20,7 +20,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from cli_overhead import Series, habitrun_cmd, timed
+from cli_overhead import Series, habitrun_cmd, pool_script, timed, write_study
 
 OPS = textwrap.dedent('''
     import time
@@ -36,42 +36,12 @@ OPS = textwrap.dedent('''
         return {"n": int(row["n"])}
 ''')
 
-POOL_SCRIPT = textwrap.dedent('''
-    import csv, json, multiprocessing, sys
-    from concurrent.futures import ProcessPoolExecutor
-    from functools import partial
-
-    from ops import nap_plain
-
-    if __name__ == "__main__":
-        csv_path, sec, workers, out = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-        with open(csv_path, newline="") as f:
-            rows = list(csv.DictReader(f))
-        ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
-            results = list(pool.map(partial(nap_plain, sec=sec), rows, chunksize=1))
-        with open(out, "w") as f:
-            json.dump({row["subject_id"]: r for row, r in zip(rows, results)}, f)
-''')
+POOL_SCRIPT = pool_script("nap_plain", "sec")
 
 
 def make_study(folder: Path, n: int, sec: float, workers: int) -> Path:
     """A one-stage study of ``n`` subjects that sleep ``sec`` seconds each on ``workers`` workers."""
-    folder.mkdir(parents=True)
-    (folder / "ops.py").write_text(OPS)
-    (folder / "pool.py").write_text(POOL_SCRIPT)
-    (folder / "subjects.csv").write_text("subject_id,n\n" + "".join(f"S{i:03d},{i}\n" for i in range(n)))
-    (folder / "recipe.yaml").write_text(textwrap.dedent(f"""\
-        habitrun: 1
-        name: long-subjects
-        subjects: {{manifest: subjects.csv, id: subject_id}}
-        policy: {{backend: process, workers: {workers}, subject_timeout_sec: 600}}
-        stages:
-          - name: nap
-            operator: ops:nap
-            params: {{sec: {sec}}}
-        """))
-    return folder / "recipe.yaml"
+    return write_study(folder, n, OPS, POOL_SCRIPT, "nap", sec, "sec", workers)
 
 
 def main() -> None:
