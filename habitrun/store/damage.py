@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,11 +109,30 @@ def _patched_copy(db: Path) -> tuple[sqlite3.Connection, str]:
     data[28:32] = pages.to_bytes(4, "big")
     data[32:40] = bytes(8)  # forget the free-page list (it may point past the end)
     data[18] = data[19] = 1  # a plain file: the copy has no write-ahead log
-    con = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
-    con.deserialize(bytes(data))
+    con = _from_bytes(bytes(data))
     if pages < counted:
         return con, f"the file is truncated: it holds {pages} of the {counted} pages its header counts"
     return con, "SQLite cannot read the file as it is"
+
+
+def _from_bytes(data: bytes) -> sqlite3.Connection:
+    """A connection on a database image held in memory (``deserialize``, 3.11+), or on 3.10 on an
+    unlinked temporary copy of it (SQLite keeps the file open)."""
+    if sys.version_info >= (3, 11):
+        con = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        con.deserialize(data)
+        return con
+    with tempfile.NamedTemporaryFile(prefix="habitrun-damaged-", suffix=".db", delete=False) as tmp:
+        tmp.write(data)
+    try:
+        con = sqlite3.connect(tmp.name, isolation_level=None, check_same_thread=False)
+        try:
+            con.execute("SELECT count(*) FROM sqlite_master").fetchone()  # the file is open before the unlink
+        except sqlite3.DatabaseError:
+            pass  # the caller reads what it can and says what it cannot
+    finally:
+        os.unlink(tmp.name)
+    return con
 
 
 def quick_check(con: sqlite3.Connection) -> str | None:

@@ -143,6 +143,22 @@ def test_event_lines_carry_one_stamp_first_and_keep_every_field(tmp_path: Path) 
     assert lines[2].count('"ts"') == 1
 
 
+def _packages_distributions() -> dict[str, list[str]]:
+    """``importlib.metadata.packages_distributions()`` as 3.11+ computes it: top_level.txt, else the
+    top-level names of the files a distribution ships (3.10's reads top_level.txt alone, so it misses
+    every distribution built without one: typer, rich, numpy, pydantic_core)."""
+    import importlib.metadata as md
+
+    out: dict[str, list[str]] = {}
+    for dist in md.distributions():
+        tops = (dist.read_text("top_level.txt") or "").split() or {
+            f.parts[0] if len(f.parts) > 1 else f.with_suffix("").name
+            for f in (dist.files or []) if f.suffix == ".py"}
+        for top in tops:
+            out.setdefault(top, []).append(dist.metadata["Name"])
+    return out
+
+
 def test_package_versions_agree_with_the_full_scan_of_installed_distributions(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The shortcuts (study's own folder, a distribution named like the module) give what the scan gives."""
@@ -153,7 +169,7 @@ def test_package_versions_agree_with_the_full_scan_of_installed_distributions(
     monkeypatch.syspath_prepend(str(tmp_path))
     modules = ["own_study_ops.synth", "numpy.linalg", "yaml", "typer", "rich.console", "pydantic_core",
                "ruamel.yaml", "_pytest.python", "json", "os.path", "definitely_not_a_module_xyz"]
-    every = md.packages_distributions()
+    every = _packages_distributions()
     scanned = {m: {d: md.version(d) for d in sorted(set(every.get(m.split(".")[0], [])))} or None
                for m in modules}
     got = package_versions(modules)
