@@ -19,6 +19,7 @@ import typer
 from rich.console import Console
 
 from habitrun.cli import consoleout, entry
+from habitrun.cli.app import err_console
 from habitrun.cli.progress import RunDisplay
 from habitrun.cli.summary import print_summary
 from habitrun.engine.events import Event, RunStarted
@@ -102,7 +103,7 @@ def execute(console: Console, loaded: LoadedRecipe, *, quiet: bool, recipe_arg: 
     except StoreWriteError as exc:  # a full disk: stopped; say how to go on from here
         raise exc.with_resume(resume) from None
     entry.note_ended()
-    print_summary(console, summary, recipe_arg=recipe_arg, retry_command=retry)
+    print_summary(console, summary, recipe_arg=recipe_arg, retry_command=retry, err=err_console)
     if report or loaded.recipe.policy.report:
         # imported only when asked: it brings plan's display and the report's modules
         from habitrun.cli.report import write_run_report
