@@ -227,6 +227,7 @@ def _end_startup_pause() -> None:
 def _run_cli(argv: list[str] | None) -> None:
     args = sys.argv[1:] if argv is None else argv
     argv_command = args[0] if args else None
+    entry.note_command(argv_command if argv_command in COMMANDS else None)
     recipe = early_recipe(args)
     if recipe is not None:
         from habitrun.spec.opcheck import start_early

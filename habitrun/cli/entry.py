@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
-_state: dict[str, object] = {"run": None, "resume": None, "ended": False}
+_state: dict[str, object] = {"command": None, "run": None, "resume": None, "ended": False}
 _fallback: list[Callable[[str], None]] = []  # where the line goes when stderr is closed
 
 
@@ -40,6 +40,8 @@ def exit_status(signum: int) -> int:
 
 def install() -> None:
     """Handle SIGINT, SIGTERM and SIGHUP from now on by ending the command at once (main thread only)."""
+    word = sys.argv[1] if len(sys.argv) > 1 else ""
+    note_command(word if word.isalpha() else None)
     for sig in STOP_SIGNALS:
         if signal.getsignal(sig) is signal.SIG_IGN:
             continue  # started under nohup (SIGHUP ignored) or in a script's background: the caller chose
@@ -50,6 +52,11 @@ def ignore_stop_signals() -> None:
     """The outcome is printed and only the exit is left: a stop signal has nothing to stop now."""
     for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
+
+
+def note_command(name: str | None) -> None:
+    """The command being run (`run` and `resume` start runs; the others are only interrupted)."""
+    _state["command"] = name
 
 
 def note_run(folder: str, resume: str) -> None:
@@ -70,6 +77,9 @@ def on_closed_stderr(write: Callable[[str], None]) -> None:
 def stop_line(signum: int) -> str:
     """The one line a stop signal leaves: what was done, and how to go on."""
     name = _name(signum)
+    command = _state["command"]
+    if command not in (None, "run", "resume"):
+        return f"habitrun {command}: interrupted by {name}"
     if _state["run"] is None:
         return f"interrupted by {name} while starting: nothing was run"
     if _state["ended"]:
