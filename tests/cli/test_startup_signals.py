@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -103,3 +104,24 @@ def test_stop_signal_at_any_moment_of_start_up(tmp_path: Path, sig: signal.Signa
         if failure:
             failures.append(failure)
     assert not failures, "\n".join(failures)
+
+
+def test_the_console_script_starts_with_the_handlers(tmp_path: Path) -> None:
+    """`habitrun` (pyproject's script) is cli/entry.py's main: a SIGTERM in its imports ends it with 143 and a line."""
+    pyproject = (Path(__file__).parents[2] / "pyproject.toml").read_text()
+    assert '\nhabitrun = "habitrun.cli.entry:main"\n' in pyproject  # [project.scripts] (tomllib: 3.11+)
+    study = make_study(tmp_path / "s", subjects=2).parent
+    proc = subprocess.Popen([sys.executable, "-c", "from habitrun.cli.entry import main; main()", "run", "recipe.yaml"],
+                            cwd=study, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not _handled(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.001)
+        os.killpg(proc.pid, signal.SIGTERM)  # at once: in the CLI's imports, long before the runner's handlers
+        _out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 143
+    assert err.decode() == "interrupted by SIGTERM while starting: nothing was run\n"
