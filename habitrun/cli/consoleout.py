@@ -7,7 +7,7 @@ with 0 subjects run and provenance left "running". :func:`install` puts a
 :class:`ConsoleStream` in ``sys.stdout`` and ``sys.stderr`` (which rich's
 consoles, ``typer.echo``, ``print``, ``warnings`` and ``logging`` all write to
 when they write): it passes everything through until a write fails with
-EPIPE, then sends what that write held and all that follows to the run
+EPIPE (or EIO: a terminal that hung up), then sends what that write held and all that follows to the run
 folder's ``console.log`` (kept in memory until :func:`attach` names the run
 folder). The closed descriptor is pointed at ``/dev/null``, so the
 interpreter's last flush of the original stream, and any process started
@@ -31,9 +31,13 @@ MEMORY_LIMIT = 4 << 20  # what is held before the run folder exists; past it, th
 PENDING_LIMIT = 64 << 10  # text kept since the last good flush (the real stream's buffer is smaller)
 
 
+GONE = frozenset({errno.EPIPE, errno.ECONNRESET, errno.EIO})  # EIO: a terminal that hung up
+
+
 def broken_pipe(exc: BaseException) -> bool:
-    """Whether ``exc`` says the console's reader is gone (EPIPE, or the connection reset)."""
-    return isinstance(exc, OSError) and exc.errno in (errno.EPIPE, errno.ECONNRESET)
+    """Whether ``exc`` says the console is gone: its reader closed the pipe, the socket was reset,
+    the terminal hung up (its SIGHUP stops the run; the summary still has to go somewhere)."""
+    return isinstance(exc, OSError) and exc.errno in GONE
 
 
 class ConsoleLog:
