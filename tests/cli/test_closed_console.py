@@ -134,3 +134,34 @@ def test_closed_console_at_start_goes_to_console_log(tmp_path: Path) -> None:
     log = (run / "console.log").read_text()
     assert log.startswith(f"habitrun run {run.name}:"), log
     assert f"run folder: {run}" in log
+
+
+def test_console_stream_switches_to_the_log_on_a_closed_pipe(tmp_path: Path) -> None:
+    """The writer itself, on a real pipe: text goes through while it is read; once the reader is
+    gone, the unflushed text and all that follows are held, then written to console.log."""
+    from habitrun.cli.consoleout import ConsoleLog, ConsoleStream
+
+    read_fd, write_fd = os.pipe()
+    real = open(write_fd, "w", encoding="utf-8")  # noqa: SIM115 - closed below
+    log = ConsoleLog()
+    stream = ConsoleStream(real, "stdout", log)
+    try:
+        stream.write("first\n")
+        stream.flush()
+        assert os.read(read_fd, 100) == b"first\n"
+        assert stream.fileno() == write_fd
+        os.close(read_fd)  # the reader goes
+        stream.write("second\n")
+        stream.flush()  # EPIPE here: switched, no error
+        assert stream.broken
+        stream.write("third\n")
+        with pytest.raises(OSError):
+            stream.fileno()  # a forked worker must not take it for fd 1
+        folder = tmp_path / "run"
+        folder.mkdir()
+        log.attach(folder)
+        stream.write("fourth\n")
+        assert (folder / "console.log").read_text() == "second\nthird\nfourth\n"
+        real.flush()  # the original stream's leftover goes to /dev/null now, not to an error
+    finally:
+        real.close()
