@@ -10,9 +10,13 @@ none of the others. :func:`main` runs the app and turns a
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # `python -m habitrun.cli.app`: stop signals are handled before the imports below
+    from habitrun.cli.entry import install as _install_stop_handlers
+
+    _install_stop_handlers()
+
 import gc
 import importlib
-import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,6 +26,7 @@ import typer.core
 import typer.main
 
 from habitrun import __version__
+from habitrun.cli import consoleout, entry
 from habitrun.cli.fastexit import exit_now
 from habitrun.cli.text import esc
 from habitrun.errors import EXIT_INTERRUPTED, HabitrunError
@@ -184,6 +189,8 @@ def main(argv: list[str] | None = None) -> None:
     if argv is not None:
         _run_cli(argv)
         return
+    entry.install()  # already done by the console script (habitrun.cli.entry); again for other callers
+    consoleout.install()
     _startup_pause()
     try:
         _run_cli(None)
@@ -220,6 +227,7 @@ def _end_startup_pause() -> None:
 def _run_cli(argv: list[str] | None) -> None:
     args = sys.argv[1:] if argv is None else argv
     argv_command = args[0] if args else None
+    entry.note_command(argv_command if argv_command in COMMANDS else None)
     recipe = early_recipe(args)
     if recipe is not None:
         from habitrun.spec.opcheck import start_early
@@ -241,10 +249,10 @@ def _run_cli(argv: list[str] | None) -> None:
         err_console.print("interrupted")
         sys.exit(EXIT_INTERRUPTED)
     finally:
-        if argv is None:  # the console script: the outcome is decided and printed, so a Ctrl-C in
-            # the last milliseconds of shutdown has nothing left to stop (it would end the
-            # process by SIGINT after a success); in-process callers keep their own handler
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if argv is None:  # the console script: the outcome is decided and printed, so a stop signal
+            # in the last milliseconds of shutdown has nothing left to stop (it would turn a
+            # success into 130/143); in-process callers keep their own handlers
+            entry.ignore_stop_signals()
         if recipe is not None:
             from habitrun.spec.opcheck import discard_early
 

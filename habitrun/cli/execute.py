@@ -18,12 +18,16 @@ from typing import Any, NoReturn
 import typer
 from rich.console import Console
 
+from habitrun.cli import consoleout, entry
+from habitrun.cli.app import err_console
 from habitrun.cli.progress import RunDisplay
 from habitrun.cli.summary import print_summary
+from habitrun.engine.events import Event, RunStarted
 from habitrun.engine.runner import run_study
 from habitrun.errors import StoreWriteError
 from habitrun.spec.loader import LoadedRecipe, load_recipe
 from habitrun.spec.opcheck import OperatorCheck
+from habitrun.store.runs import RUNS
 
 RETRY_FAILED_HELP = "Rerun the subjects whose failure an earlier run recorded (policy.retry_failed_subjects=true)."
 RERUN_HELP = "Rerun this subject even if it is stored as done (repeat for several; with --stage, only in that stage)."
@@ -86,12 +90,20 @@ def execute(console: Console, loaded: LoadedRecipe, *, quiet: bool, recipe_arg: 
     """
     try:
         with OperatorCheck.start(loaded) as operators, RunDisplay(console, quiet=quiet) as display:
-            summary = run_study(loaded, argv=sys.argv, observer=display.on_event,
+            def observe(event: Event) -> None:
+                if isinstance(event, RunStarted):  # the run folder exists from here on
+                    folder = loaded.run_root() / RUNS / event.run_id
+                    consoleout.attach(folder)  # what a closed console could not show goes there
+                    entry.note_run(str(folder), resume)  # a stop signal names it
+                display.on_event(event)
+
+            summary = run_study(loaded, argv=sys.argv, observer=observe,
                                 preflight=operators.raise_problems, only_stage=selection.stage,
                                 record_noop=selection.record_noop, rerun=selection.rerun, **run_kwargs)
     except StoreWriteError as exc:  # a full disk: stopped; say how to go on from here
         raise exc.with_resume(resume) from None
-    print_summary(console, summary, recipe_arg=recipe_arg, retry_command=retry)
+    entry.note_ended()
+    print_summary(console, summary, recipe_arg=recipe_arg, retry_command=retry, err=err_console)
     if report or loaded.recipe.policy.report:
         # imported only when asked: it brings plan's display and the report's modules
         from habitrun.cli.report import write_run_report

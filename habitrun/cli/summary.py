@@ -82,7 +82,9 @@ def print_recorded(console: Console, summary: RunSummary, recipe_arg: str, retry
         console.print(f"retry them with: {esc(retry_command)}", highlight=False)
 
 
-def print_summary(console: Console, summary: RunSummary, *, recipe_arg: str, retry_command: str | None = None) -> None:
+def print_summary(console: Console, summary: RunSummary, *, recipe_arg: str, retry_command: str | None = None,
+                  err: Console | None = None) -> None:
+    """The run's outcome on ``console``; a stop's one line (what is stored, how to go on) on ``err``."""
     for warning in summary.warnings if summary.noop else ():
         console.print(f"[yellow]warning:[/] {esc(warning)}", highlight=False)
     if summary.noop:
@@ -108,7 +110,7 @@ def print_summary(console: Console, summary: RunSummary, *, recipe_arg: str, ret
     print_recorded(console, summary, recipe_arg, retry_command)
     console.print(f"run folder: {esc(summary.run.path)}", highlight=False)
     if summary.outcome == "interrupted":
-        console.print(f"[yellow]stopped ({esc(summary.stop_reason)}); finished subjects are stored.[/] "
+        (err or console).print(f"[yellow]stopped ({esc(summary.stop_reason)}); finished subjects are stored.[/] "
                       f"Continue with: habitrun resume {esc(shlex.quote(recipe_arg))}", highlight=False)
     elif summary.stop_reason and summary.stop_reason.startswith("fail_fast"):
         console.print(f"[red]{esc(summary.stop_reason)}[/]", highlight=False)
