@@ -42,18 +42,13 @@ NO_PIDFD = ("this system has no pidfds (Linux 5.3 or later has them): habitrun s
             "through pidfds, never by a PID number that may have been recycled, so it cannot run here")
 
 _group_flag = True  # until the kernel refuses PIDFD_SIGNAL_PROCESS_GROUP (EINVAL: before 6.9)
-_checked = False
 
 
 def require_pidfd() -> None:
     """Raise UnsupportedSystemError where the system has no pidfds: called before any process starts."""
-    global _checked
-    if _checked:
-        return
     fd = open_pidfd(os.getpid())
     if fd is not None:
         os.close(fd)
-    _checked = True
 
 
 def open_pidfd(pid: int) -> int | None:

@@ -120,10 +120,10 @@ def _unreaped(pidfd: int) -> bool:
         return False
 
 
-class _Below:
+class Below:
     """The processes below this one that :func:`kill_below` wants, each proven ours and held by a pidfd."""
 
-    def __init__(self, wanted: Callable[[int, int], bool]) -> None:
+    def __init__(self, wanted: Callable[[int, int], bool] = lambda pid, group: True) -> None:
         self.me = os.getpid()
         self.wanted = wanted  # (child of ours, its group) -> whether it and all below it are wanted
         self.fds: dict[int, int] = {}  # pid -> its pidfd, opened before it was proven ours
@@ -136,7 +136,7 @@ class _Below:
             pid, parent = todo.pop()
             if pid in self.fds:
                 continue
-            group = self._prove(pid, parent)
+            group = self.prove(pid, parent)
             if group is None:
                 continue
             if parent == self.me:
@@ -146,7 +146,7 @@ class _Below:
                 self.kids.add(pid)
             todo.extend((child, pid) for child in children_of(pid))
 
-    def _prove(self, pid: int, parent: int) -> int | None:
+    def prove(self, pid: int, parent: int) -> int | None:
         """Open ``pid``'s pidfd, THEN read its parent: its group if that is us or a proven process.
 
         The read is ``pid``'s own if its pidfd shows it unreaped after the read;
@@ -164,6 +164,24 @@ class _Below:
             return stat[2]
         os.close(fd)
         return None
+
+    def kill(self, killed: dict[int, int]) -> None:
+        """SIGKILL each process held through its pidfd, recording it in ``killed`` (pid: pidfd).
+
+        One reaped since it was proven is skipped (its pidfd reaches nothing,
+        whoever holds its number now); one in ``killed`` still unreaped is the
+        same process, killed already.
+        """
+        for pid, fd in self.fds.items():
+            if pid in killed and _unreaped(killed[pid]):
+                continue
+            try:
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+            except OSError:  # ProcessLookupError: reaped since it was proven
+                continue
+            if pid in killed:
+                os.close(killed[pid])
+            killed[pid] = fd
 
     def close(self, keep: Collection[int]) -> None:
         """Close every pidfd but those in ``keep`` (the caller holds them now)."""
@@ -200,18 +218,9 @@ def kill_below(*, only_strays: bool) -> int:
     deadline = time.monotonic() + REAP_WAIT_SEC
     try:
         while True:
-            tree = _Below(wanted)
+            tree = Below(wanted)
             tree.scan()
-            for pid, fd in tree.fds.items():
-                if same(pid):
-                    continue  # killed already
-                try:
-                    signal.pidfd_send_signal(fd, signal.SIGKILL)
-                except OSError:  # reaped since it was proven: nothing else can be hit
-                    continue
-                if pid in killed:
-                    os.close(killed[pid])
-                killed[pid] = fd
+            tree.kill(killed)
             tree.close(keep=set(killed.values()))
             for pid in tree.kids & killed.keys():  # reap; their orphans come to us, found next round
                 _reap(killed[pid], pid)
