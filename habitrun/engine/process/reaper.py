@@ -134,7 +134,7 @@ class Below:
         todo = [(pid, self.me) for pid in children_of(self.me)]
         while todo:
             pid, parent = todo.pop()
-            if pid in self.fds:
+            if pid in self.fds or (parent == self.me and not self._may_want(pid)):
                 continue
             group = self.prove(pid, parent)
             if group is None:
@@ -145,6 +145,13 @@ class Below:
                     continue
                 self.kids.add(pid)
             todo.extend((child, pid) for child in children_of(pid))
+
+    def _may_want(self, pid: int) -> bool:
+        """A first look at a child's group (one system call, no pidfd): what decides comes after the open."""
+        try:
+            return self.wanted(pid, os.getpgid(pid))
+        except OSError:
+            return False
 
     def prove(self, pid: int, parent: int) -> int | None:
         """Open ``pid``'s pidfd, THEN read its parent: its group if that is us or a proven process.
