@@ -83,3 +83,7 @@ class MissingExtra(HabitrunError):
     def __init__(self, what: str, package: str, extra: str) -> None:
         super().__init__(f"{what} needs {package}, which is not installed: "
                          f"pip install 'habitrun[{extra}]' (or pip install {package})")
+
+
+class UnsupportedSystemError(HabitrunError):
+    """The system lacks what habitrun needs to stay safe (pidfds: Linux 5.3+); exit 2, before starting."""

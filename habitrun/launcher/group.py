@@ -125,7 +125,7 @@ class ProcessContext(ABC):
     def _track(self, rank: int, handle: RankProcess) -> None:
         assert self._watchdog is not None
         self._handles[rank] = handle
-        self._watchdog.watch(handle.pid)
+        self._watchdog.watch(handle.pid, handle.pidfd)  # its own pidfd, taken before we could reap it
         plan = self._plans[rank]
         self._results[rank] = RankResult(
             local_rank=rank,

@@ -1,86 +1,50 @@
 """A watchdog process that kills every rank's process group if the launcher dies.
 
 PR_SET_PDEATHSIG kills a rank when the launcher dies, but not the rank's own
-children (data loader workers, a shell's program). The watchdog holds the read
-end of a pipe; the launcher writes ``+pgid`` / ``-pgid`` lines as groups start
-and end. End-of-file without a closing ``bye`` means the launcher is gone:
-SIGKILL to every group still registered, through the same guard as
-``signalling.signal_group`` (a pidfd taken when the group was registered), so
-a rank reaped long ago whose PID was recycled is never hit. It runs in its own
-session, so a terminal's Ctrl-C reaches habitrun, never the watchdog.
+children (data loader workers, a shell's program). The watchdog
+(:mod:`habitrun.launcher.watchdog_process`) holds one end of a unix socket;
+the launcher registers each rank's group with the rank's pidfd (passed over
+the socket, ``SCM_RIGHTS``: the very pidfd the launcher took before it could
+reap the rank, never one reopened from a number that may have been recycled)
+and says ``bye`` when it closes. End-of-file without ``bye`` means the
+launcher is gone: every group still registered is killed through its pidfd.
+It runs in its own session, so a terminal's Ctrl-C reaches habitrun, never
+the watchdog.
 """
 
 from __future__ import annotations
 
+import os
+import socket
 import subprocess
 import sys
 
 from habitrun.errors import LaunchError
+from habitrun.launcher.signalling import require_pidfd
 
-_CODE = """
-import os, signal, sys
-groups = {}
-clean = False
-
-def pidfd(pid):
-    try:
-        return os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        return None
-
-def ours(pgid, fd):
-    # never a recycled PID's group: the leader unreaped, or its number unused by any process
-    if fd is None:
-        return True
-    try:
-        signal.pidfd_send_signal(fd, 0)
-        return True  # the leader is unreaped: its number cannot have been reused
-    except (AttributeError, OSError):
-        pass
-    try:
-        os.kill(pgid, 0)
-    except ProcessLookupError:
-        return True  # no process holds the number: only the old group's members carry it
-    except OSError:
-        pass
-    return False
-
-for line in sys.stdin:
-    line = line.strip()
-    if line == "bye":
-        clean = True
-        break
-    if line[:1] == "+":
-        groups[int(line[1:])] = pidfd(int(line[1:]))  # taken while the leader is alive
-    elif line[:1] == "-":
-        groups.pop(int(line[1:]), None)
-if not clean:
-    for pgid, fd in groups.items():
-        if not ours(pgid, fd):
-            continue
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except OSError:
-            pass
-"""
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "watchdog_process.py")
 
 
 class Watchdog:
-    """Start with ``Watchdog()``; ``watch(pgid)``, ``forget(pgid)``, ``close()``."""
+    """Start with ``Watchdog()``; ``watch(pgid, pidfd)``, ``forget(pgid)``, ``close()``."""
 
     def __init__(self) -> None:
+        require_pidfd()  # before any rank starts: without pidfds nothing could be signalled safely
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-S", "-c", _CODE],
-                stdin=subprocess.PIPE,
+                [sys.executable, "-I", "-S", SCRIPT],
+                stdin=theirs.fileno(),
                 stdout=subprocess.DEVNULL,
                 start_new_session=True,
                 close_fds=True,
             )
         except OSError as exc:
+            mine.close()
             raise LaunchError(f"cannot start the rank watchdog: {exc}") from exc
-        assert self._proc.stdin is not None
-        self._out = self._proc.stdin
+        finally:
+            theirs.close()
+        self._sock = mine
         self._closed = False
 
     @property
@@ -88,20 +52,24 @@ class Watchdog:
         return self._proc.pid
 
     def fileno(self) -> int:
-        """The launcher's end of the pipe (a forked rank closes it)."""
-        return self._out.fileno()
+        """The launcher's end of the socket (a forked rank closes it)."""
+        return self._sock.fileno()
 
-    def _send(self, line: str) -> None:
+    def _send(self, line: str, pidfd: int | None = None) -> None:
         if self._closed:
             return
         try:
-            self._out.write(line.encode() + b"\n")
-            self._out.flush()
-        except (BrokenPipeError, OSError):
+            if pidfd is None:
+                self._sock.send(line.encode(), socket.MSG_NOSIGNAL)
+            else:
+                socket.send_fds(self._sock, [line.encode()], [pidfd], socket.MSG_NOSIGNAL)
+        except OSError:
             self._closed = True
 
-    def watch(self, pgid: int) -> None:
-        self._send(f"+{pgid}")
+    def watch(self, pgid: int, pidfd: int | None) -> None:
+        """Register the group led by ``pgid`` with the leader's pidfd (without one it is never signalled)."""
+        if pidfd is not None:
+            self._send(f"+{pgid}", pidfd)
 
     def forget(self, pgid: int) -> None:
         self._send(f"-{pgid}")
@@ -111,10 +79,7 @@ class Watchdog:
         if not self._closed:
             self._send("bye")
             self._closed = True
-        try:
-            self._out.close()
-        except OSError:
-            pass
+        self._sock.close()
         try:
             self._proc.wait(timeout=5)
         except subprocess.TimeoutExpired:

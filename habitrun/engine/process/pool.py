@@ -29,6 +29,7 @@ from habitrun.engine.process.phases import WorkerPhase
 from habitrun.engine.process.spares import Spares
 from habitrun.engine.process.spawner import WorkerSpawner
 from habitrun.engine.process.worker import WorkerConfig
+from habitrun.launcher.signalling import require_pidfd
 from habitrun.spec.policy import RunPolicy
 
 
@@ -36,6 +37,7 @@ class WorkerPool:
     """Slots, selector and lifecycle of every worker process of one backend."""
 
     def __init__(self, policy: RunPolicy, mode: WorkerMode) -> None:
+        require_pidfd()  # workers are signalled only through pidfds: without them, stop before any starts
         self.policy = policy
         self.mode = mode
         self.devices = detect_gpus() if policy.cap_workers_to_gpu_pool else []
