@@ -33,7 +33,6 @@ from habitrun.cli.runhome import check_run_home
 from habitrun.cli.text import esc
 from habitrun.cli.text import human as fmt
 from habitrun.errors import EXIT_FAILED_SUBJECTS, EXIT_OK, EXIT_USAGE, StoreError
-from habitrun.planner.decision import Reason
 from habitrun.planner.opening import subjects_and_store
 from habitrun.planner.plan import Plan, SubjectStatus, plan_study
 from habitrun.spec.loader import LoadedRecipe, load_recipe
@@ -100,17 +99,9 @@ def resume_command(target: Path) -> str:
     return f"habitrun resume {shlex.quote(str(target))}"
 
 
-UNREADABLE_PREFIX = Reason.RESULT_UNREADABLE.text(why="")
-
-
 def unreadable(plan: Plan) -> list[dict[str, str]]:
-    """Subjects whose stored result failed its check (they are stale: the next run recomputes them)."""
-    out = []
-    for stage in plan:
-        for sid, why in stage.reasons.items():
-            if stage.status.get(sid) is SubjectStatus.STALE and why and why[0].startswith(UNREADABLE_PREFIX):
-                out.append({"stage": stage.name, "subject": sid, "reason": why[0]})
-    return out
+    """Subjects whose stored result failed its check (they are stale: the next run or resume recomputes them)."""
+    return [{"stage": stage.name, "subject": sid, "reason": why} for stage in plan for sid, why in stage.unreadable().items()]
 
 
 def failures(plan: Plan, store: CheckpointStore | None) -> list[dict[str, Any]]:
@@ -281,7 +272,7 @@ def print_problems(console: Console, shown: Shown, *, show_all: bool) -> None:
         err_console.print(f"[bold red]store damaged:[/] {esc(note)}", highlight=False)
     damaged, failed = shown.damaged, shown.failed
     if damaged:
-        console.print(f"[yellow]{len(damaged)} stored result(s) unreadable[/] (stale: `habitrun run` recomputes them):")
+        console.print(f"[yellow]{len(damaged)} stored result(s) unreadable[/] (stale: `habitrun run` or `resume` recomputes them):")
         for d in damaged[:MAX_FAILURES_SHOWN] if not show_all else damaged:
             console.print(f"  {esc(d['stage'])} {esc(d['subject'])}: {esc(d['reason'])}", highlight=False)
     if not failed:
