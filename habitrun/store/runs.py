@@ -28,16 +28,41 @@ SOURCE_FILE = "source.json"
 PROVENANCE_FILE = "provenance.json"
 EVENTS_FILE = "events.jsonl"
 INCOMPLETE_PREFIX = ".incomplete-"  # a run folder being made; renamed to its run id when complete
+RESERVE_FILE = ".space-reserve"  # room set aside for recording the run's end on a disk that filled
+RESERVE_BYTES = 64 * 1024
+DISK_FULL = "disk_full"  # outcomes of a run stopped because a folder refused a write: no space left,
+UNWRITABLE = "unwritable"  # or another reason (its summary's ``write_failure`` says where and why)
 
 
 def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=2, default=str, ensure_ascii=False)
-        fh.write("\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=2, default=str, ensure_ascii=False)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink()  # a half-written copy would hold space a full disk needs back
+        except OSError:
+            pass
+        raise
+
+
+def _reserve(path: Path, size: int) -> None:
+    """A file of ``size`` allocated bytes (best effort: a file system that cannot allocate ahead gets none)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    except OSError:
+        return
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError:
+        path.unlink(missing_ok=True)
+    finally:
+        os.close(fd)
 
 
 def _fsync_folder(folder: Path) -> None:
@@ -89,12 +114,15 @@ class RunFolder:
         argv: list[str],
         root: Path | None = None,
         provenance: dict[str, Any] | None = None,
+        reserve: int = RESERVE_BYTES,
     ) -> RunFolder:
         """Make a new run folder, complete or not at all.
 
         The recipe, its source and the provenance (``run_id`` added) are written into a
         hidden folder that is renamed into place last: a runner killed while creating it
-        leaves no half-made run for `resume` or `status` to pick up.
+        leaves no half-made run for `resume` or `status` to pick up. ``reserve`` bytes are
+        set aside in it (:meth:`free_reserve`), so that a run stopped by a full disk can
+        still record how it ended.
         """
         runs = Path(run_root) / RUNS
         now = time.time()
@@ -113,6 +141,8 @@ class RunFolder:
                 except FileExistsError:
                     continue
             (draft / "logs").mkdir()
+            if reserve:
+                _reserve(draft / RESERVE_FILE, reserve)
             recipe_path = Path(recipe_path).resolve()
             source = {
                 "recipe_path": str(recipe_path),
@@ -193,6 +223,15 @@ class RunFolder:
         info["outcome"] = outcome
         info["summary"] = summary
         self.write_provenance(info)
+        self.free_reserve()
+
+    def free_reserve(self) -> bool:
+        """Give back the space set aside when the folder was made (True if there was some)."""
+        try:
+            (self.path / RESERVE_FILE).unlink()
+        except OSError:  # none (already freed, or never made)
+            return False
+        return True
 
 
 def list_runs(run_root: Path) -> list[RunFolder]:
