@@ -96,6 +96,7 @@ def test_a_full_disk_stops_the_run_at_the_first_failed_commit_then_resume_finish
         resumed = run_cli("resume", "recipe.yaml", "-q", cwd=study)
         out = resumed.stdout + resumed.stderr
         assert resumed.returncode == 0, out
+        assert (disk / "hr" / RESERVE_FILE).stat().st_size >= RESERVE_BYTES  # set aside again
         status = run_cli("status", "recipe.yaml", "--json", cwd=study)
         stages = json.loads(status.stdout)["stages"]
         assert stages["big"]["done"] == SUBJECTS and stages["check"]["done"] == 1, stages
@@ -211,4 +212,4 @@ def test_the_end_of_a_run_is_recorded_on_a_disk_with_not_one_byte_left(tmp_path:
         assert provenance["summary"]["write_failure"] == {"folder": str(disk / "hr" / "store"),
                                                           "reason": "No space left on device (errno 28)"}
         assert json.loads(lines[-1])["event"] == "run_finished" and json.loads(lines[-1])["outcome"] == "disk_full"
-        assert not (run.path / RESERVE_FILE).exists()
+        assert not (disk / "hr" / RESERVE_FILE).exists()  # spent; the next run sets it aside again
