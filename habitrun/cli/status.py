@@ -330,7 +330,8 @@ def print_run(console: Console, shown: Shown, target: Path) -> None:
     console.print(f"  started  {esc(str(info.get('started_at', '?')))}")
     if info.get("ended_at"):
         console.print(f"  ended    {esc(str(info['ended_at']))}")
-    if outcome in UNFINISHED:
+    starting = shown.busy is not None and is_run(shown.busy)
+    if outcome in UNFINISHED and not starting:  # a run starting now is what the hint would start
         console.print(f"  {esc(unfinished_hint(outcome, target))}", highlight=False)
     if shown.busy is not None:
         later = "; it has not made its run folder yet" if is_run(shown.busy) else ""
@@ -393,7 +394,7 @@ def print_run_failures(console: Console, listed: list[dict[str, Any]], *, show_a
 
 
 def exit_code_for(outcome: str) -> int:
-    """0: the last run succeeded (or is running); 1: it failed, was interrupted or did not finish."""
+    """0: the last run succeeded (or is running); 1: it failed, was interrupted or stopped, or did not finish."""
     if outcome == "success" or outcome.startswith("running"):
         return EXIT_OK
     return EXIT_FAILED_SUBJECTS
