@@ -330,6 +330,9 @@ def print_run(console: Console, shown: Shown, target: Path) -> None:
     console.print(f"  started  {esc(str(info.get('started_at', '?')))}")
     if info.get("ended_at"):
         console.print(f"  ended    {esc(str(info['ended_at']))}")
+    why = (info.get("summary") or {}).get("stop_reason")
+    if why and outcome in ("interrupted", "failed", "error"):  # a signal, fail_fast, a worker that cannot start
+        console.print(f"  stopped  {esc(str(why).splitlines()[0])}", highlight=False)
     starting = shown.busy is not None and is_run(shown.busy)
     if outcome in UNFINISHED and not starting:  # a run starting now is what the hint would start
         console.print(f"  {esc(unfinished_hint(outcome, target))}", highlight=False)

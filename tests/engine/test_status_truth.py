@@ -181,3 +181,22 @@ def test_a_failed_run_lists_its_failures_even_when_the_store_holds_none_now(tmp_
         assert f"bad {sid}: exception: ValueError: {sid} is broken (now stale)" in text, text
     as_json = json.loads(run_cli("status", "recipe.yaml", "--json", cwd=study).stdout)
     assert as_json["failures"] == [] and len(as_json["run_failures"]) == 3, as_json
+
+
+@pytest.mark.timeout(120)
+def test_a_run_stopped_by_fail_fast_says_why_and_lists_the_failure(tmp_path: Path) -> None:
+    study = tmp_path / "study"
+    study.mkdir()
+    (study / "ops.py").write_text(FAILING)
+    (study / "subjects.csv").write_text("subject_id\nS1\nS2\nS3\n")
+    recipe = {"habitrun": 1, "name": "fail-fast", "subjects": {"manifest": "subjects.csv"},
+              "policy": {"backend": "process", "workers": 1, "on_subject_failure": "fail_fast"},
+              "stages": [{"name": "bad", "operator": "ops:bad"}]}
+    (study / "recipe.yaml").write_text(json.dumps(recipe))
+    done = run_cli("run", "recipe.yaml", "-q", cwd=study)
+    assert done.returncode == 1, done.stdout + done.stderr
+    shown = run_cli("status", "recipe.yaml", cwd=study)
+    text = " ".join(shown.stdout.split())
+    assert shown.returncode == 1, text
+    assert ": failed" in text and "stopped fail_fast: subject S1 failed in stage 'bad'" in text, text
+    assert "1 failed subject(s)" in text and "bad S1: exception: ValueError: S1 is broken" in text, text
