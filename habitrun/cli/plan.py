@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from habitrun.cli.app import app, err_console
+from habitrun.cli.busy import in_progress_text, store_user
 from habitrun.cli.subjects_text import subjects_lines
 from habitrun.cli.text import esc
 from habitrun.errors import EXIT_USAGE
@@ -197,8 +198,10 @@ def plan(
     try:
         the_plan = plan_study(loaded, subjects, store)
         damaged = store_notes(loaded, store)
+        busy = store_user(loaded)
         if as_json:
             data = plan_json(loaded, the_plan, store, subjects)
+            data["in_progress"] = busy
             data["store_damage"] = damaged
             data["outside_paths"] = outside_notes(the_plan, store)
             typer.echo(json.dumps(data, indent=1, ensure_ascii=False))
@@ -209,6 +212,9 @@ def plan(
         where = f"store {loaded.store_dir()}" if store is not None else "no store yet: nothing has run"
         title = f"plan for {loaded.recipe.name} ({len(subjects)} subjects; {where})"
         console.print(counts_table(the_plan, esc(title)))
+        if busy is not None:
+            console.print(f"[yellow]{esc(in_progress_text(busy))}[/]: these counts are the store's now and change "
+                          "as it stores results", highlight=False)
         if getattr(subjects, "discovery", None) is not None:
             for line in subjects_lines(loaded, subjects):
                 console.print(f"subjects: {esc(line)}", highlight=False)

@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from habitrun.cli.app import app, err_console
+from habitrun.cli.busy import in_progress_text, is_run, killed_before_folder, store_user
 from habitrun.cli.plan import (
     counts_table,
     make_console,
@@ -33,13 +34,12 @@ from habitrun.cli.runhome import check_run_home
 from habitrun.cli.text import esc
 from habitrun.cli.text import human as fmt
 from habitrun.errors import EXIT_FAILED_SUBJECTS, EXIT_OK, EXIT_USAGE, StoreError
-from habitrun.planner.decision import Reason
 from habitrun.planner.opening import subjects_and_store
 from habitrun.planner.plan import Plan, SubjectStatus, plan_study
 from habitrun.spec.loader import LoadedRecipe, load_recipe
 from habitrun.store.checkpoint import CheckpointStore
 from habitrun.store.lock import default_lock_path, holder_alive, read_holder
-from habitrun.store.runs import RunFolder, latest_run
+from habitrun.store.runs import DISK_FULL, UNWRITABLE, RunFolder, latest_run
 from habitrun.store.trace import latest_by_key, stage_stats
 
 MAX_FAILURES_SHOWN = 20
@@ -68,6 +68,30 @@ def locate(target: Path) -> tuple[LoadedRecipe, RunFolder | None]:
 
 
 RUNNER_DIED = "interrupted (the runner died)"
+STOPPED_BY_WRITES = (DISK_FULL, UNWRITABLE)
+UNFINISHED = ("interrupted", RUNNER_DIED, *STOPPED_BY_WRITES)  # `resume` continues these
+
+
+def outcome_text(outcome: str, info: dict[str, Any]) -> str:
+    """The outcome in words: a stop on a folder that refused a write says which and why."""
+    if outcome not in STOPPED_BY_WRITES:
+        return outcome
+    failure = (info.get("summary") or {}).get("write_failure") or {}
+    folder = failure.get("folder", "?")
+    if outcome == DISK_FULL:
+        return f"stopped: the disk was full at {folder}"
+    return f"stopped: cannot write {folder} ({failure.get('reason', '?')})"
+
+
+def unfinished_hint(outcome: str, target: Path) -> str:
+    """What to do about a run that did not finish, ending with the command that continues it."""
+    if outcome == DISK_FULL:
+        first = "free space there (or set run_dir / policy.checkpoint_dir to another disk), then"
+    elif outcome == UNWRITABLE:
+        first = "make that folder writable, then"
+    else:
+        first = "it did not finish: what it stored is kept;"
+    return f"{first} continue with: {resume_command(target)}"
 
 
 def run_state(run: RunFolder, loaded: LoadedRecipe) -> tuple[str, dict[str, Any]]:
@@ -100,21 +124,14 @@ def resume_command(target: Path) -> str:
     return f"habitrun resume {shlex.quote(str(target))}"
 
 
-UNREADABLE_PREFIX = Reason.RESULT_UNREADABLE.text(why="")
-
-
 def unreadable(plan: Plan) -> list[dict[str, str]]:
-    """Subjects whose stored result failed its check (they are stale: the next run recomputes them)."""
-    out = []
-    for stage in plan:
-        for sid, why in stage.reasons.items():
-            if stage.status.get(sid) is SubjectStatus.STALE and why and why[0].startswith(UNREADABLE_PREFIX):
-                out.append({"stage": stage.name, "subject": sid, "reason": why[0]})
-    return out
+    """Subjects whose stored result failed its check (they are stale: the next run or resume recomputes them)."""
+    return [{"stage": stage.name, "subject": sid, "reason": why} for stage in plan for sid, why in stage.unreadable().items()]
 
 
 def failures(plan: Plan, store: CheckpointStore | None) -> list[dict[str, Any]]:
-    """Every subject whose current key holds a recorded failure, with reason and log path."""
+    """Every subject whose current key holds a recorded failure, with reason and log path (one that
+    the next run runs again, because failures are retried, resume is off or it is listed, too)."""
     out: list[dict[str, Any]] = []
     if store is None:
         return out
@@ -122,7 +139,7 @@ def failures(plan: Plan, store: CheckpointStore | None) -> list[dict[str, Any]]:
         sids = [
             sid
             for sid, st in stage.status.items()
-            if st is SubjectStatus.FAILED or (st is SubjectStatus.FORCED and stage.policy.retry_failed_subjects)
+            if st is SubjectStatus.FAILED or st is SubjectStatus.FORCED  # forced: retried, resume off or listed
         ]
         if not sids:
             continue
@@ -143,6 +160,24 @@ def failures(plan: Plan, store: CheckpointStore | None) -> list[dict[str, Any]]:
                 }
             )
     return out
+
+
+def run_failures(run: RunFolder, plan: Plan) -> list[dict[str, Any]]:
+    """The subjects that failed for good in ``run`` by its events, each with what it is now.
+
+    Read when the run failed but the store holds no failure under today's keys (the recipe
+    or an input changed since): a failed run still lists its failures.
+    """
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for event in run.events.read():
+        if event.get("event") == "subject_failed" and event.get("final", True):
+            stage, sid = str(event.get("stage")), str(event.get("subject"))
+            now = plan.stages[stage].status.get(sid) if stage in plan.stages else None
+            out[(stage, sid)] = {"stage": stage, "subject": sid, "kind": event.get("kind"),
+                                 "error": (event.get("error") or "").splitlines()[0] if event.get("error") else "",
+                                 "attempts": event.get("attempt"), "log": event.get("log"), "run_id": run.run_id,
+                                 "now": now.value if now is not None else "not in the recipe"}
+    return list(out.values())
 
 
 def resource_stats(plan: Plan, store: CheckpointStore | None) -> dict[str, dict[str, Any]]:
@@ -190,23 +225,33 @@ class Shown:
     stats: dict[str, dict[str, Any]]
     damaged: list[dict[str, str]]
     notes: list[str]
+    busy: dict[str, Any] | None = None  # another live holder of the store lock (a run starting, or gc)
+    run_failed: list[dict[str, Any]] | None = None  # the run's own failures, when the store holds none now
 
     @property
     def exit_code(self) -> int:
-        return EXIT_USAGE if self.notes else exit_code_for(self.outcome)
+        if self.notes:
+            return EXIT_USAGE
+        if self.busy is not None and is_run(self.busy):
+            return EXIT_OK  # the last run is the one still starting
+        return exit_code_for(self.outcome)
 
 
 def gather(loaded: LoadedRecipe, run: RunFolder, *, verify: bool) -> Shown:
     """Plan the recipe against the store and collect what `status` reports (nothing is written)."""
     outcome, info = run_state(run, loaded)
+    busy = None if outcome.startswith("running") else store_user(loaded)
     subjects, store = subjects_and_store(loaded, lambda: open_existing_store(loaded, verify=verify))
     try:
         plan = plan_study(loaded, subjects, store)
-        return Shown(loaded, run, outcome, info, plan, failures(plan, store), resource_stats(plan, store),
-                     unreadable(plan), store_notes(loaded, store))
+        shown = Shown(loaded, run, outcome, info, plan, failures(plan, store), resource_stats(plan, store),
+                      unreadable(plan), store_notes(loaded, store), busy)
     finally:
         if store is not None:
             store.close()
+    if outcome == "failed" and not shown.failed:
+        shown.run_failed = run_failures(run, plan)
+    return shown
 
 
 @app.command()
@@ -219,16 +264,13 @@ def status(
     """Show the last run: outcome, per stage counts, each failed subject with its log file.
 
     Exit 0 when the last run succeeded (or is running), 1 when it failed, was
-    interrupted or did not finish, 2 when the recipe or store cannot be read.
+    interrupted, stopped or did not finish, or there is no run to show, 2 when
+    the recipe or store cannot be read.
     """
     loaded, run = locate(target)
     console = make_console()
     if run is None:
-        if as_json:
-            typer.echo(json.dumps({"recipe": str(loaded.path), "run": None}))
-        else:
-            console.print(f"no run yet for {esc(str(loaded.path))} (runs go to {esc(str(loaded.run_root() / 'runs'))})")
-        return
+        raise typer.Exit(no_run(console, loaded, target, as_json=as_json))
     shown = gather(loaded, run, verify=verify)
     if as_json:
         typer.echo(json.dumps(as_document(shown, target), indent=1, ensure_ascii=False))
@@ -238,6 +280,27 @@ def status(
     raise typer.Exit(shown.exit_code)
 
 
+def no_run(console: Console, loaded: LoadedRecipe, target: Path, *, as_json: bool) -> int:
+    """No run folder to show: say whether one is being made, or what a killed start-up left; the exit code.
+
+    0 while a run is starting (it is running), else 1: there is no finished run to show.
+    """
+    holder = store_user(loaded)
+    running = holder is not None and is_run(holder)
+    killed = None if running else killed_before_folder(loaded)
+    if as_json:
+        typer.echo(json.dumps({"recipe": str(loaded.path), "run": None,
+                               "in_progress": holder, "before_run_folder": killed}, ensure_ascii=False))
+    else:
+        console.print(f"no run yet for {esc(str(loaded.path))} (runs go to {esc(str(loaded.run_root() / 'runs'))})",
+                      highlight=False)
+        if holder is not None:
+            console.print(f"{esc(in_progress_text(holder))}; it has not made its run folder yet", highlight=False)
+        if killed is not None:
+            console.print(f"{esc(killed)}; start it again with: {esc(resume_command(target))}", highlight=False)
+    return EXIT_OK if running else EXIT_FAILED_SUBJECTS
+
+
 def as_document(shown: Shown, target: Path) -> dict[str, Any]:
     """The JSON `status --json` prints."""
     run, outcome, info, plan = shown.run, shown.outcome, shown.info, shown.plan
@@ -245,10 +308,14 @@ def as_document(shown: Shown, target: Path) -> dict[str, Any]:
         "recipe": str(shown.loaded.path),
         "run": {"id": run.run_id, "path": str(run.path), "outcome": outcome,
                 "started_at": info.get("started_at"), "ended_at": info.get("ended_at"),
-                **({"resume": resume_command(target)} if outcome == RUNNER_DIED else {})},
+                **({"stopped": (info.get("summary") or {}).get("write_failure")}
+                   if outcome in STOPPED_BY_WRITES else {}),
+                **({"resume": resume_command(target)} if outcome in UNFINISHED else {})},
+        "in_progress": shown.busy,
         "stages": {s.name: s.counts() for s in plan},
         "packages_changed": {s.name: s.package_changes for s in plan if s.package_changes},
         "failures": shown.failed,
+        **({"run_failures": shown.run_failed} if shown.run_failed is not None else {}),
         "resources": shown.stats,
         "unreadable": shown.damaged,
         "store_damage": shown.notes,
@@ -258,14 +325,20 @@ def as_document(shown: Shown, target: Path) -> dict[str, Any]:
 def print_run(console: Console, shown: Shown, target: Path) -> None:
     """The run's outcome and times, the stage counts now, the resources and package changes."""
     run, outcome, info = shown.run, shown.outcome, shown.info
-    console.print(f"[bold]run {esc(run.run_id)}[/]: {esc(outcome)}")
+    console.print(f"[bold]run {esc(run.run_id)}[/]: {esc(outcome_text(outcome, info))}", highlight=False)
     console.print(f"  folder   {esc(str(run.path))}")
     console.print(f"  started  {esc(str(info.get('started_at', '?')))}")
     if info.get("ended_at"):
         console.print(f"  ended    {esc(str(info['ended_at']))}")
-    if outcome == RUNNER_DIED:
-        console.print("  it did not finish: what it stored is kept; continue with: "
-                      f"{esc(resume_command(target))}", highlight=False)
+    why = (info.get("summary") or {}).get("stop_reason")
+    if why and outcome in ("interrupted", "failed", "error"):  # a signal, fail_fast, a worker that cannot start
+        console.print(f"  stopped  {esc(str(why).splitlines()[0])}", highlight=False)
+    starting = shown.busy is not None and is_run(shown.busy)
+    if outcome in UNFINISHED and not starting:  # a run starting now is what the hint would start
+        console.print(f"  {esc(unfinished_hint(outcome, target))}", highlight=False)
+    if shown.busy is not None:
+        later = "; it has not made its run folder yet" if is_run(shown.busy) else ""
+        console.print(f"[bold]now:[/] {esc(in_progress_text(shown.busy))}{later}", highlight=False)
     console.print(counts_table(shown.plan, f"stages of {esc(shown.loaded.recipe.name)} now"))
     if shown.stats:
         console.print(resources_table(shown.stats))
@@ -281,11 +354,20 @@ def print_problems(console: Console, shown: Shown, *, show_all: bool) -> None:
         err_console.print(f"[bold red]store damaged:[/] {esc(note)}", highlight=False)
     damaged, failed = shown.damaged, shown.failed
     if damaged:
-        console.print(f"[yellow]{len(damaged)} stored result(s) unreadable[/] (stale: `habitrun run` recomputes them):")
+        console.print(f"[yellow]{len(damaged)} stored result(s) unreadable[/] (stale: `habitrun run` or `resume` recomputes them):")
         for d in damaged[:MAX_FAILURES_SHOWN] if not show_all else damaged:
             console.print(f"  {esc(d['stage'])} {esc(d['subject'])}: {esc(d['reason'])}", highlight=False)
+    if not failed and shown.run_failed:
+        print_run_failures(console, shown.run_failed, show_all=show_all)
+        return
     if not failed:
-        console.print("no failed subjects")
+        if shown.outcome == "failed":  # failed, yet no failure of its own nor stored: say what made it fail
+            stages = (shown.info.get("summary") or {}).get("stages") or {}
+            what = {k: sum(int(c.get(k) or 0) for c in stages.values()) for k in ("failed", "skipped", "not_run")}
+            console.print(f"no failed subject is recorded now; the run counted {what['failed']} failed, "
+                          f"{what['skipped']} skipped and {what['not_run']} not run", highlight=False)
+        else:
+            console.print("no failed subjects")
         return
     console.print(f"[red]{len(failed)} failed subject(s)[/]:")
     listed = failed if show_all else failed[:MAX_FAILURES_SHOWN]
@@ -300,8 +382,22 @@ def print_problems(console: Console, shown: Shown, *, show_all: bool) -> None:
         console.print(f"  ... and {len(failed) - len(listed)} more (habitrun status --all)")
 
 
+def print_run_failures(console: Console, listed: list[dict[str, Any]], *, show_all: bool) -> None:
+    """The failures of a failed run that the store no longer holds as failures (with what each is now)."""
+    console.print(f"[red]{len(listed)} subject(s) failed in this run[/] (under the recipe and inputs as they "
+                  "are now, none is a recorded failure):")
+    shown = listed if show_all else listed[:MAX_FAILURES_SHOWN]
+    for f in shown:
+        what = f"{f['kind']}: {f['error']}" if f["kind"] else f["error"]
+        console.print(f"  {esc(f['stage'])} {esc(f['subject'])}: {esc(what)} (now {esc(f['now'])})", highlight=False)
+        if f["log"] and os.path.exists(f["log"]):
+            console.print(f"      log: {esc(f['log'])}", highlight=False)
+    if len(shown) < len(listed):
+        console.print(f"  ... and {len(listed) - len(shown)} more (habitrun status --all)")
+
+
 def exit_code_for(outcome: str) -> int:
-    """0: the last run succeeded (or is running); 1: it failed, was interrupted or did not finish."""
+    """0: the last run succeeded (or is running); 1: it failed, was interrupted or stopped, or did not finish."""
     if outcome == "success" or outcome.startswith("running"):
         return EXIT_OK
     return EXIT_FAILED_SUBJECTS

@@ -56,14 +56,21 @@ class StagePlanner:
         return any(self.to_run(self.plan(stage)) for stage in stages)
 
     def to_run(self, plan: StagePlan) -> list[str]:
-        """The plan's work, minus what an interrupted run in this resume chain already finished."""
+        """The plan's work, minus what an interrupted run in this resume chain already finished.
+
+        A success whose stored result is unreadable is not finished work, whichever run
+        stored it: a resume recomputes it as `run` does."""
         to_run = plan.to_run()
         if not self.chain or not to_run:
             return to_run
         states = self.store.states(plan.keys[sid] for sid in to_run)
+        unreadable = plan.unreadable()
         keep = []
         for sid in to_run:
             state = states.get(plan.keys[sid])
+            if sid in unreadable:
+                keep.append(sid)
+                continue
             if state is not None and state.ok and state.run_id in self.chain and not (
                     sid in self.rerun_ids and plan.status[sid] is SubjectStatus.FORCED):  # --rerun asks again
                 plan.status[sid] = SubjectStatus.DONE

@@ -41,7 +41,7 @@ from habitrun.store.folders import ensure_folder
 from habitrun.store.guard import empty_store_file
 from habitrun.store.lock import StoreLock
 from habitrun.store.provenance import collect_provenance
-from habitrun.store.runs import RunFolder
+from habitrun.store.runs import RESERVE_BYTES, RunFolder
 
 __all__ = ["GROUP_FILE_NAME", "FailureLine", "RunSummary", "StageCounts", "lock_path_for", "run_study"]
 
@@ -248,6 +248,7 @@ class StudyRunner:
             recipe_path=self.source_path,
             argv=self.argv,
             provenance=provenance,
+            reserve=RESERVE_BYTES + 512 * len(self.recipe.stages),  # the end's summary has a line per stage
         )
         self.events.attach(self.run)
         self.write_found_subjects()

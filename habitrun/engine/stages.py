@@ -31,6 +31,11 @@ def run_stage(runner: StudyRunner, stage: StageSpec) -> None:
     runner.current_stage, runner.current_backend = stage, None
     plan = runner.planner.plan_for(stage)
     to_run = runner.planner.to_run(plan)
+    unreadable = plan.unreadable()
+    if unreadable:  # found by planning: run (or resume) says so before recomputing them with the rest
+        sids = [sid for sid in to_run if sid in unreadable]
+        if sids:
+            _warn_recomputing(runner, stage.name, sids, unreadable[sids[0]].removeprefix(UNREADABLE))
     counts = runner.counts[stage.name] = StageCounts(total=len(plan.keys))
     old_failures = _open(runner, stage, plan, to_run, counts)
     if to_run and not runner.stop.is_set():
@@ -91,6 +96,17 @@ def read_results(runner: StudyRunner, need: str, keys: list[str]) -> dict[str, A
         return runner.store.results(keys)
 
 
+UNREADABLE = Reason.RESULT_UNREADABLE.text(why="")
+
+
+def _warn_recomputing(runner: StudyRunner, name: str, sids: list[str], why: str) -> None:
+    """The warning (in the summary and the events) that unreadable stored results are computed again."""
+    message = (f"stage {name!r}: the stored result of {len(sids)} subject(s) is unreadable ({why}): "
+               f"{', '.join(sids[:5])}{' ...' if len(sids) > 5 else ''}; recomputing")
+    runner.warnings.append(message)
+    runner.events.emit(RunWarning(message=message))
+
+
 def _recompute(runner: StudyRunner, name: str, exc: UnreadableResults) -> None:
     plan = runner.planner.plans.get(name)
     sids = [sid for stage, sid, _key, _why in exc.bad if stage == name and plan is not None and sid in plan.status]
@@ -99,10 +115,7 @@ def _recompute(runner: StudyRunner, name: str, exc: UnreadableResults) -> None:
     runner.recomputing.add(name)
     try:
         why = exc.bad[0][3]
-        message = (f"stage {name!r}: the stored result of {len(sids)} subject(s) is unreadable ({why}): "
-                   f"{', '.join(sids[:5])}{' ...' if len(sids) > 5 else ''}; recomputing")
-        runner.warnings.append(message)
-        runner.events.emit(RunWarning(message=message))
+        _warn_recomputing(runner, name, sids, why)
         for sid in sids:
             plan.status[sid] = SubjectStatus.STALE
             plan.reasons[sid] = [Reason.RESULT_UNREADABLE.text(why=why)]

@@ -9,13 +9,15 @@ stored.
 
 from __future__ import annotations
 
+import errno
 import time
 from pathlib import Path
 from typing import Any
 
 from habitrun.engine.control import StopFlag
-from habitrun.errors import StoreWriteError
-from habitrun.store.runs import RunFolder
+from habitrun.engine.events import RunFinished, event_dict
+from habitrun.errors import EXIT_USAGE, StoreWriteError
+from habitrun.store.runs import DISK_FULL, UNWRITABLE, RunFolder
 
 
 class WriteFailure:
@@ -36,17 +38,28 @@ class WriteFailure:
 
     def end_run(self, run: RunFolder, counts: dict[str, Any], stored: int, started: float,
                 store_dir: Path) -> StoreWriteError:
-        """Record what can still be recorded in the run folder; the run-level error to raise."""
+        """Record how the run ended, in the space its folder set aside; the run-level error to raise.
+
+        The outcome is ``disk_full`` (no space, or over quota) or ``unwritable`` (anything
+        else), with the folder and the reason in the summary: `status` shows it as a stop
+        that `resume` continues, not as a runner that died.
+        """
         assert self.first is not None
         folder, exc = self.first
+        outcome = outcome_for(exc)
         summary = {"stages": {name: c.as_dict() for name, c in counts.items()},
                    "stop_reason": self.stop.reason, "stored_this_run": stored,
-                   "duration_sec": round(time.monotonic() - started, 3)}
-        for attempt in (lambda: run.finish("interrupted", summary), run.events.close):
+                   "duration_sec": round(time.monotonic() - started, 3),
+                   "write_failure": {"folder": str(folder), "reason": reason(exc)}}
+        ended = RunFinished(outcome=outcome, exit_code=EXIT_USAGE, stages=summary["stages"],
+                            failed_subjects=sum(c.failed for c in counts.values()), stop_reason=self.stop.reason,
+                            duration_sec=summary["duration_sec"], backends=[])
+        for attempt in (run.events.close, run.free_reserve, lambda: run.events.write(event_dict(ended)),
+                        lambda: run.finish(outcome, summary), run.events.close):
             try:
                 attempt()
             except OSError:
-                pass  # the same full disk: the store is the record that matters
+                pass  # the same full disk, even so: the store is the record that matters
         what = "the checkpoint store" if folder == store_dir else "the run folder"
         return StoreWriteError(
             f"cannot write {what} at {folder}: {reason(exc)}. The run stopped at the first write that "
@@ -54,6 +67,13 @@ class WriteFailure:
             "Free space there (or set run_dir / policy.checkpoint_dir to another disk), then continue with:",
             folder=folder,
         )
+
+
+def outcome_for(exc: BaseException) -> str:
+    """The run's recorded outcome after a write failed with ``exc``."""
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return DISK_FULL
+    return UNWRITABLE
 
 
 def reason(exc: BaseException) -> str:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from habitrun.planner.components import LazyComponents
-from habitrun.planner.decision import SubjectStatus
+from habitrun.planner.decision import Reason, SubjectStatus
 from habitrun.spec.policy import RunPolicy
 from habitrun.store.jsontext import compact
 
@@ -16,6 +16,7 @@ GROUP_KINDS = ("collect", "train")
 
 UNAVAILABLE = (SubjectStatus.FAILED, SubjectStatus.BLOCKED)  # what downstream stages cannot have
 _RUNS = (SubjectStatus.PENDING, SubjectStatus.STALE, SubjectStatus.FORCED)
+_UNREADABLE = Reason.RESULT_UNREADABLE.text(why="")
 
 @dataclass
 class StagePlan:
@@ -50,6 +51,16 @@ class StagePlan:
         if not self.policy.resume:
             return [s for s, st in self.status.items() if st is not SubjectStatus.BLOCKED]
         return [s for s, st in self.status.items() if st in _RUNS]
+
+    def unreadable(self) -> dict[str, str]:
+        """Stale subjects whose stored success fails its check: subject -> the reason in words.
+
+        Their record says done, by whichever run stored it: only the plan knows the result
+        cannot be read, so a resume must not take that record as finished work."""
+        if SubjectStatus.STALE not in self.status.values():
+            return {}
+        return {sid: why[0] for sid, why in self.reasons.items()
+                if why and why[0].startswith(_UNREADABLE) and self.status.get(sid) is SubjectStatus.STALE}
 
     def counts(self) -> dict[str, int]:
         """Subjects per status (list.count compares by identity first: C speed for 100,000); no

@@ -79,9 +79,10 @@ class EventLog:
                     yield event
 
     def close(self) -> None:
-        if self._fh is not None:
-            self._fh.close()
-            self._fh = None
+        """Close the file; a close whose flush fails (a full disk) still lets go of it, then raises."""
+        fh, self._fh = self._fh, None
+        if fh is not None:
+            fh.close()
 
     def __enter__(self) -> EventLog:
         return self

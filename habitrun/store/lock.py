@@ -97,6 +97,17 @@ def read_holder(path: Path) -> dict[str, Any] | None:
         return None
 
 
+def live_holder(path: Path) -> dict[str, Any] | None:
+    """Who holds the lock now, read without locking (`plan` and `status` must never keep a run from
+    taking it): the holder's info while its process runs (or runs on another host, where it cannot
+    be checked), None when nobody does. A released lock is empty; a dead holder's info stays behind.
+    """
+    holder = read_holder(path)
+    if holder is None or holder_alive(holder) is False:
+        return None
+    return holder
+
+
 class StoreLock:
     """Exclusive, crash-safe lock on a store (a context manager)."""
 

@@ -3,15 +3,20 @@ what was stored stays readable and `resume` finishes once there is space again."
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import sqlite3
 import subprocess
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
-from habitrun.store.runs import list_runs
+from habitrun.engine.control import StopFlag
+from habitrun.engine.write_failure import WriteFailure
+from habitrun.store.runs import RESERVE_BYTES, RESERVE_FILE, RunFolder, list_runs
 from tests.engine.mounts import small_tmpfs
 from tests.engine.study import run_cli
 
@@ -85,10 +90,13 @@ def test_a_full_disk_stops_the_run_at_the_first_failed_commit_then_resume_finish
         finally:
             con.close()
 
+        assert_status_says_disk_full(study, disk / "hr", disk / "hr" / "store")
+
         subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True, timeout=30)
         resumed = run_cli("resume", "recipe.yaml", "-q", cwd=study)
         out = resumed.stdout + resumed.stderr
         assert resumed.returncode == 0, out
+        assert (disk / "hr" / RESERVE_FILE).stat().st_size >= RESERVE_BYTES  # set aside again
         status = run_cli("status", "recipe.yaml", "--json", cwd=study)
         stages = json.loads(status.stdout)["stages"]
         assert stages["big"]["done"] == SUBJECTS and stages["check"]["done"] == 1, stages
@@ -101,6 +109,28 @@ def test_a_full_disk_stops_the_run_at_the_first_failed_commit_then_resume_finish
         collect = [e for e in events if e.get("event") == "subject_done" and e["stage"] == "check"]
         assert collect, "the collect stage did not run"
 
+
+
+def assert_status_says_disk_full(study: Path, run_root: Path, under: Path) -> None:
+    """The stop is recorded on the full disk itself (in the room its run folder set aside) and shown
+    as a full disk with the resume command, exit 1: not as a runner that died."""
+    run = list_runs(run_root)[-1].path
+    provenance = json.loads((run / "provenance.json").read_text())
+    assert provenance["outcome"] == "disk_full", provenance
+    folder = provenance["summary"]["write_failure"]["folder"]
+    assert folder.startswith(str(under)), folder
+    assert "No space left on device" in provenance["summary"]["write_failure"]["reason"]
+    events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines() if line.endswith("}")]
+    assert events[-1]["event"] == "run_finished" and events[-1]["outcome"] == "disk_full", events[-1]
+    shown = run_cli("status", "recipe.yaml", cwd=study)
+    text = " ".join(shown.stdout.split())
+    assert shown.returncode == 1, shown.stdout + shown.stderr
+    assert f"stopped: the disk was full at {folder}" in text, text
+    assert "free space there" in text and "continue with: habitrun resume recipe.yaml" in text, text
+    assert "runner died" not in text and "Traceback" not in shown.stderr, text + shown.stderr
+    as_json = json.loads(run_cli("status", "recipe.yaml", "--json", cwd=study).stdout)
+    assert as_json["run"]["outcome"] == "disk_full" and as_json["run"]["stopped"]["folder"] == folder
+    assert as_json["run"]["resume"] == "habitrun resume recipe.yaml"
 
 
 CHATTY = textwrap.dedent('''
@@ -134,7 +164,52 @@ def test_a_full_disk_under_the_run_folder_stops_the_run_the_same_way(tmp_path: P
         message = " ".join(done.stderr.split())
         assert "No space left on device" in message, message
         assert f"{disk / 'hr'}" in message and "habitrun resume recipe.yaml" in message, message
+        assert_status_says_disk_full(study, disk / "hr", disk / "hr" / "runs")
 
         subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True, timeout=30)
         resumed = run_cli("resume", "recipe.yaml", "-q", cwd=study)
         assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+
+
+def fill(disk: Path) -> None:
+    """Write into ``disk`` until not one more byte fits."""
+    with open(disk / "filler", "wb", buffering=0) as fh:
+        for chunk in (1 << 16, 1 << 12, 1):
+            try:
+                while True:
+                    fh.write(b"\0" * chunk)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC, exc
+    with pytest.raises(OSError) as full:
+        (disk / "probe").write_text("x" * 5000)
+    assert full.value.errno == errno.ENOSPC
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("reserve", [RESERVE_BYTES, 0])
+def test_the_end_of_a_run_is_recorded_on_a_disk_with_not_one_byte_left(tmp_path: Path, reserve: int) -> None:
+    """The room the run folder set aside when it was made is what records the stop: without it
+    (a file system that cannot allocate ahead), the run's end is lost and the run reads as still running."""
+    with small_tmpfs(tmp_path / "disk", "1m") as disk:
+        run = RunFolder.create(disk / "hr", resolved_yaml="habitrun: 1\n", recipe_path=tmp_path / "recipe.yaml",
+                               argv=["habitrun", "run"], provenance={"outcome": "running"}, reserve=reserve)
+        run.events.write({"event": "run_started"})
+        fill(disk)
+        stop = StopFlag()
+        try:
+            failure = WriteFailure(stop)
+            failure.note(disk / "hr" / "store", OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+            error = failure.end_run(run, {}, 7, time.monotonic(), disk / "hr" / "store")
+        finally:
+            stop.close()
+        assert "7 result(s) of this run were stored" in error.message
+        provenance = json.loads((run.path / "provenance.json").read_text())
+        lines = (run.path / "events.jsonl").read_text().splitlines()
+        if not reserve:  # (an event line may still fit in the page the log file already has)
+            assert provenance["outcome"] == "running", provenance
+            return
+        assert provenance["outcome"] == "disk_full", provenance
+        assert provenance["summary"]["write_failure"] == {"folder": str(disk / "hr" / "store"),
+                                                          "reason": "No space left on device (errno 28)"}
+        assert json.loads(lines[-1])["event"] == "run_finished" and json.loads(lines[-1])["outcome"] == "disk_full"
+        assert not (disk / "hr" / RESERVE_FILE).exists()  # spent; the next run sets it aside again

@@ -58,7 +58,7 @@ def test_bad_recipe_exits_2(study: Path) -> None:
 def test_status_and_plan_after_a_run_with_a_failure(study: Path) -> None:
     folder = study.parent
     none_yet = habitrun("status", str(study), cwd=folder)
-    assert none_yet.returncode == 0 and "no run yet" in none_yet.stdout
+    assert none_yet.returncode == 1 and "no run yet" in none_yet.stdout  # nothing finished to show
 
     run = habitrun("run", str(study), "--quiet", cwd=folder)
     assert run.returncode == 1, run.stdout + run.stderr

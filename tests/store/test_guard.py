@@ -130,7 +130,8 @@ def test_cli_plan_and_status_exit_2_and_leave_it(tmp_path: Path, case: str) -> N
             capture_output=True, text=True, timeout=60, cwd=tmp_path,
         )
         if command == "status":
-            assert done.returncode == 0 and "no run yet" in done.stdout  # status needs no store without a run
+            assert done.returncode == 1 and "no run yet" in done.stdout  # status needs no store without a run
+            assert "locked this study's store" not in done.stdout  # no habitrun command did
             continue
         assert done.returncode == 2, done.stderr
         assert "Traceback" not in done.stderr + done.stdout
