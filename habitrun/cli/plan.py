@@ -209,8 +209,9 @@ def plan(
         where = f"store {loaded.store_dir()}" if store is not None else "no store yet: nothing has run"
         title = f"plan for {loaded.recipe.name} ({len(subjects)} subjects; {where})"
         console.print(counts_table(the_plan, esc(title)))
-        if getattr(subjects, "discovery", None) is not None:
-            for line in subjects_lines(loaded, subjects):
+        if getattr(subjects, "discovery", None) is not None or getattr(subjects, "notes", None):
+            lines = subjects_lines(loaded, subjects)
+            for line in lines if getattr(subjects, "discovery", None) is not None else lines[1:]:
                 console.print(f"subjects: {esc(line)}", highlight=False)
         print_package_changes(console, the_plan)
         if reason:
