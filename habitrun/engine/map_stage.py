@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from habitrun.engine.contract import FailureKind, OperatorRef, SubjectOutcome, SubjectTask
 from habitrun.engine.control import StopFlag
-from habitrun.engine.events import RETRY_NAMED, RetryRound
+from habitrun.engine.events import RETRY_NAMED, RetryRound, RunWarning
 from habitrun.engine.ledger import StageLedger
 from habitrun.engine.write_failure import WriteFailure
 from habitrun.planner.plan import StagePlan
@@ -79,6 +79,7 @@ def run_on_backend(runner: StudyRunner, stage: StageSpec, plan: StagePlan, polic
     op = OperatorRef(stage=stage.name, path=stage.operator or "", params=dict(stage.params),
                      kind="collect" if stage.kind == "collect" else "map", search_path=runner.loaded.search_path)
     backend = runner.current_backend = runner.backends.for_policy(policy)
+    runner.events.emit_many([RunWarning(message=note) for note in runner.backends.take_notes()])
     backend.scratch_dir = str(runner.run.path / "scratch")  # subject output never leaves the run folder
     with gc_paused():  # tens of thousands of tasks, no cycles: the collector would only walk them
         pending = runner.inputs.tasks(stage, plan, to_run)
