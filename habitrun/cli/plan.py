@@ -215,8 +215,9 @@ def plan(
         if busy is not None:
             console.print(f"[yellow]{esc(in_progress_text(busy))}[/]: these counts are the store's now and change "
                           "as it stores results", highlight=False)
-        if getattr(subjects, "discovery", None) is not None:
-            for line in subjects_lines(loaded, subjects):
+        if getattr(subjects, "discovery", None) is not None or getattr(subjects, "notes", None):
+            lines = subjects_lines(loaded, subjects)
+            for line in lines if getattr(subjects, "discovery", None) is not None else lines[1:]:
                 console.print(f"subjects: {esc(line)}", highlight=False)
         print_package_changes(console, the_plan)
         if reason:

@@ -156,7 +156,12 @@ class RunDisplay:
         self._advance(e.stage)
 
     def _on_retry_round(self, e: RetryRound) -> None:
-        self.print(f"{_tag(e.stage)} retrying {e.subjects} subject(s), attempt {e.attempt}")
+        kinds = f" ({', '.join(f'{kind}: {n}' for kind, n in e.kinds.items())})" if e.kinds else ""
+        named = ""
+        if e.subject_ids:
+            more = f" and {e.subjects - len(e.subject_ids)} more" if e.subjects > len(e.subject_ids) else ""
+            named = f": {', '.join(e.subject_ids)}{more}"
+        self.print(f"{_tag(e.stage)} retrying {e.subjects} subject(s), attempt {e.attempt}{esc(kinds + named)}")
 
     def _on_stage_finished(self, e: StageFinished) -> None:
         if e.stage in self.tasks:

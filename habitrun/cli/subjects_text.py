@@ -13,10 +13,11 @@ def subjects_lines(loaded: LoadedRecipe, rows: list[SubjectRow]) -> list[str]:
     """How many subjects, from where; for subjects found on disk also how many are incomplete and why."""
     spec = loaded.recipe.subjects
     report = getattr(rows, "discovery", None)
+    notes = list(getattr(rows, "notes", ()))  # a sniffed delimiter, empty rows ignored
     if report is None:
-        return [f"{len(rows)} from {spec.manifest} (id column {spec.id!r})"]
+        return [f"{len(rows)} from {spec.manifest} (id column {spec.id!r})", *notes]
     ident = "id sub-<label>[_ses-<label>]" if spec.bids is not None else f"id field {spec.id!r}"
-    lines = [f"{len(rows)} to run of {report.found} found by {report.source} "
+    lines = [f"{len(rows)} of {report.found} found by {report.source} "
              f"({report.files} files; {ident}; file columns {', '.join(report.file_columns)})"]
     if report.incomplete:
         lines.append(report.incomplete_text())
@@ -29,4 +30,4 @@ def subjects_lines(loaded: LoadedRecipe, rows: list[SubjectRow]) -> list[str]:
         if report.manifest_rows_without_files:
             note += f"; {report.manifest_rows_without_files} of its rows have no files"
         lines.append(note)
-    return lines
+    return lines + notes

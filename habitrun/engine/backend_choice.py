@@ -54,6 +54,7 @@ class BackendPool:
         self.current: Backend | None = None
         self._shape: dict[str, Any] | None = None
         self.described: list[dict[str, Any]] = []
+        self.notes: list[str] = []  # each new backend's notes, until taken (see take_notes)
 
     def for_policy(self, policy: RunPolicy) -> Backend:
         shape = worker_shape(policy)
@@ -62,7 +63,13 @@ class BackendPool:
         self.close()
         self.current = make_backend(policy, self.workspace)
         self._shape = shape
+        self.notes += self.current.notes()
         return self.current
+
+    def take_notes(self) -> list[str]:
+        """The notes of the backends made since the last call (each said once, when its stage starts)."""
+        notes, self.notes = self.notes, []
+        return notes
 
     def warm(self, policy: RunPolicy) -> None:
         """Have the process backend for ``policy`` start booting its workers' fork server now.

@@ -123,6 +123,13 @@ class Backend(abc.ABC):
         """
         return None
 
+    def notes(self) -> list[str]:
+        """What the user should hear about how this backend runs their policy (said once, as a warning).
+
+        Default: nothing. The process backend says when ``cap_workers_to_gpu_pool`` found no GPU.
+        """
+        return []
+
     def describe(self) -> dict[str, Any]:
         """Facts for the run's provenance (backend name, workers, cluster...)."""
         return {"backend": self.name, "workers": self.effective_workers}

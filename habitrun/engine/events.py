@@ -174,11 +174,16 @@ class SubjectSkipped(Event):
     reason: str
 
 
+RETRY_NAMED = 5  # subjects a retry round names (the console says "and N more")
+
+
 @_event("retry_round")
 class RetryRound(Event):
     stage: str
     subjects: int
     attempt: int
+    subject_ids: list[str] = UNSET  # the first RETRY_NAMED of them (unset in runs before issue 32)
+    kinds: dict[str, int] = UNSET  # failure kind -> how many of them failed so
 
 
 @_event("checkpoint_cleared")

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from habitrun.engine.contract import FailureKind, OperatorRef, SubjectOutcome, SubjectTask
 from habitrun.engine.control import StopFlag
-from habitrun.engine.events import RetryRound
+from habitrun.engine.events import RETRY_NAMED, RetryRound, RunWarning
 from habitrun.engine.ledger import StageLedger
 from habitrun.engine.write_failure import WriteFailure
 from habitrun.planner.plan import StagePlan
@@ -41,6 +41,7 @@ class RetryRounds:
         self.write_failure = write_failure
         self.run_path = run_path
         self.retry: list[SubjectTask] = []
+        self.kinds: dict[str, int] = {}  # failure kind -> subjects of this round retried for it
 
     def report(self, outcomes: list[SubjectOutcome]) -> None:
         """The backend's report callback: book each outcome, then hand the batch to the recorder."""
@@ -61,6 +62,8 @@ class RetryRounds:
             else:
                 ledger.retrying(outcome, now)
                 self.retry.append(replace(outcome.task, attempt=outcome.task.attempt + 1))
+                kind = str(outcome.kind)
+                self.kinds[kind] = self.kinds.get(kind, 0) + 1
         ledger.submit()  # stored first, then reported
 
     def disk_full(self, outcome: SubjectOutcome) -> None:
@@ -76,17 +79,20 @@ def run_on_backend(runner: StudyRunner, stage: StageSpec, plan: StagePlan, polic
     op = OperatorRef(stage=stage.name, path=stage.operator or "", params=dict(stage.params),
                      kind="collect" if stage.kind == "collect" else "map", search_path=runner.loaded.search_path)
     backend = runner.current_backend = runner.backends.for_policy(policy)
+    runner.events.emit_many([RunWarning(message=note) for note in runner.backends.take_notes()])
     backend.scratch_dir = str(runner.run.path / "scratch")  # subject output never leaves the run folder
     with gc_paused():  # tens of thousands of tasks, no cycles: the collector would only walk them
         pending = runner.inputs.tasks(stage, plan, to_run)
     rounds = RetryRounds(policy=policy, ledger=ledger, stop=runner.stop, write_failure=runner.write_failure,
                          run_path=str(runner.run.path))
     while pending and not runner.stop.is_set():
-        rounds.retry = []
+        rounds.retry, rounds.kinds = [], {}
         ledger.queued_at = time.time()  # when this round's tasks were handed to the backend
         backend.run_tasks(op, pending, rounds.report, runner.stop)
         ledger.settle()
         if rounds.retry and not runner.stop.is_set():
             runner.events.emit(RetryRound(stage=stage.name, subjects=len(rounds.retry),
-                                          attempt=rounds.retry[0].attempt))
+                                          attempt=rounds.retry[0].attempt,
+                                          subject_ids=[t.subject_id for t in rounds.retry[:RETRY_NAMED]],
+                                          kinds=dict(rounds.kinds)))
         pending = rounds.retry

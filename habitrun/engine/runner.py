@@ -172,6 +172,7 @@ class StudyRunner:
         )
         if warning:
             self.warnings.append(warning)
+        self.warnings.extend(getattr(self.subjects, "notes", ()))  # a sniffed delimiter, empty rows ignored
         report = getattr(self.subjects, "discovery", None)
         if report is not None and report.incomplete:  # said on a no-op run too
             self.warnings.append(f"subjects found by {report.source}: {report.incomplete_text()}")

@@ -21,6 +21,7 @@ from typing import Any
 
 from habitrun.errors import RecipeError
 from habitrun.spec.operators import importable, resolve_operator
+from habitrun.spec.paramtypes import check_types
 
 Problem = dict[str, Any]  # {"at": field path below the stage or None, "key": bool, "message": str}
 
@@ -36,7 +37,10 @@ def _subject_slot(sig: inspect.Signature) -> str | None:
 
 
 def check_params(obj: Any, target: str, params: dict[str, Any], stage: str) -> list[Problem]:
-    """Problems of calling ``obj`` with ``params``: a class as ``Cls(**params)``, a function as ``fn(subject, **params)``."""
+    """Problems of calling ``obj`` with ``params``: a class as ``Cls(**params)``, a function as ``fn(subject, **params)``.
+
+    Names first (unknown, missing), then each value against its parameter's annotation
+    (:mod:`habitrun.spec.paramtypes`)."""
     try:
         sig = inspect.signature(obj)
     except (TypeError, ValueError):  # a builtin or extension without a signature: nothing to check
@@ -65,7 +69,7 @@ def check_params(obj: Any, target: str, params: dict[str, Any], stage: str) -> l
         if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
             problems.append({"at": ["params"], "key": True,
                              "message": f"{what} needs parameter {name!r}; add it under params"})
-    return problems
+    return problems + check_types(obj, sig, params, slot, what)
 
 
 def check_one(item: dict[str, Any], search_path: list[str]) -> list[Problem]:

@@ -49,6 +49,8 @@ class Discovery:
     manifest: str | None = None
     without_manifest_row: list[str] = field(default_factory=list)
     manifest_rows_without_files: int = 0
+    notes: list[str] = field(default_factory=list)
+    """What reading the joined manifest decided for the user (a sniffed delimiter, empty rows ignored)."""
 
     def incomplete_text(self, limit: int = 5) -> str:
         """``3 incomplete, not run: S04 (missing mask), S09 (missing ct, mask) ...``."""
@@ -266,6 +268,7 @@ def _join(loaded: LoadedRecipe, manifest: str, rows: list[tuple[str, dict[str, A
           join: str) -> list[tuple[str, dict[str, Any]]]:
     """Add the manifest's columns to each found subject, matched on ``join``."""
     from habitrun.spec.manifest import read_manifest
+    from habitrun.spec.subjects import manifest_delimiter
 
     where = loaded.locate(("subjects", "manifest")) if loaded.recipe.subjects.manifest else loaded.locate(("subjects", "bids"))
     path = _under(loaded, manifest)
@@ -273,9 +276,10 @@ def _join(loaded: LoadedRecipe, manifest: str, rows: list[tuple[str, dict[str, A
         what = "is a folder, not a manifest file" if path.is_dir() else "does not exist"
         raise RecipeError([f"{where}: manifest {str(path)!r} {what}"])
     try:
-        table = read_manifest(path, manifest)
+        table = read_manifest(path, manifest, manifest_delimiter(loaded, path))
     except OSError as exc:
         raise RecipeError([f"{where}: cannot read {str(path)!r}: {exc.strerror or exc}"]) from None
+    report.notes.extend(table.notes)
     columns = table.columns if table.columns is not None else list(dict.fromkeys(k for _, r in table.pairs() for k in r))
     if join not in columns:
         raise RecipeError([f"{where}: manifest {manifest} has no column {join!r} to join the found subjects on "

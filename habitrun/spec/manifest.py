@@ -38,6 +38,7 @@ class ManifestRows:
         self.delimiter = ","
         self.first = 0
         self.plain_values = False  # lines only: no value needs an escape in its repr (no ' \\ or control)
+        self.notes: list[str] = []  # what reading it decided on the user's behalf (a sniffed delimiter, empty rows)
         self._lines = lines
         self._known: list[int] | None = None
 
@@ -113,9 +114,17 @@ def _read_plain(text: str, source: str, delimiter: str) -> ManifestRows | None:
     header = [c.strip() for c in lines[start].split(delimiter)]
     data = lines[start + 1:]
     del lines
-    if len(set(header)) != len(header) or "" in data or not _as_wide(data, delimiter, len(header)):
-        return None
+    trailing = 0
+    while data and not data[-1].replace(delimiter, "").strip():  # Excel's ';;;' rows and blank lines at the end
+        data.pop()
+        trailing += 1
+    if (len(set(header)) != len(header) or "" in data or delimiter * (len(header) - 1) in data
+            or not _as_wide(data, delimiter, len(header))):
+        return None  # an empty row among the others: the csv module's reading notes its line
     out = ManifestRows(source)
+    if trailing:
+        end = start + 2 + len(data)
+        out.notes.append(empty_rows_note(source, list(range(end, end + trailing))))
     out.columns, out.lines, out.delimiter, out.first = header, data, delimiter, start + 2
     out.plain_values = "'" not in text and "\\" not in text and _printable(text, delimiter)
     return out
@@ -161,10 +170,13 @@ def _read_delimited(text: str, source: str, delimiter: str) -> ManifestRows:
             raise RecipeError([f"{source}:{reader.line_num}:1: header: column {dupes[0]!r} appears twice"])
         width = len(header)
         rows = out.rows
+        empty: list[int] = []
         for row in reader:
-            if len(row) == width:
+            if len(row) == width and (row[0].strip() or any(cell.strip() for cell in row)):
                 rows.append((reader.line_num, dict(zip(header, row, strict=False))))
-            elif row and any(cell.strip() for cell in row):
+            elif not any(cell.strip() for cell in row):
+                empty.append(reader.line_num)
+            else:
                 problems.append(f"{source}:{reader.line_num}:1: row has {len(row)} fields, the header has {width}")
                 if len(problems) >= 20:
                     break
@@ -173,7 +185,39 @@ def _read_delimited(text: str, source: str, delimiter: str) -> ManifestRows:
     if problems:
         raise RecipeError(problems)
     out.columns = header
+    if empty:
+        out.notes.append(empty_rows_note(source, empty))
     return out
+
+
+def empty_rows_note(source: str, lines: list[int]) -> str:
+    """``subjects.csv: 3 empty rows ignored (lines 41-43)``: rows with no value carry no subject."""
+    if lines == list(range(lines[0], lines[0] + len(lines))):
+        where = f"line {lines[0]}" if len(lines) == 1 else f"lines {lines[0]}-{lines[-1]}"
+    else:
+        where = "lines " + ", ".join(map(str, lines[:5])) + (" ..." if len(lines) > 5 else "")
+    return f"{source}: {len(lines)} empty row{'s' if len(lines) > 1 else ''} ignored ({where})"
+
+
+DELIMITERS = ",;\t|"  # what a manifest's header is sniffed for
+_NAMES = {",": "','", ";": "';'", "\t": "tab", "|": "'|'"}
+
+
+def sniff_delimiter(text: str, default: str) -> str:
+    """The delimiter of a CSV/TSV: the suffix's own when the header line has it, else what
+    :class:`csv.Sniffer` finds in the header among , ; tab | (Excel writes ';' where the decimal
+    mark is a comma), else the suffix's own."""
+    header = next((line for line in text.splitlines() if line.strip()), "")
+    if default in header:
+        return default
+    try:
+        return csv.Sniffer().sniff(header, delimiters=DELIMITERS).delimiter
+    except csv.Error:
+        return default
+
+
+def delimiter_name(delimiter: str) -> str:
+    return _NAMES.get(delimiter, repr(delimiter))
 
 
 class _LongInt(str):
@@ -285,8 +329,11 @@ def _read_yaml(text: str, source: str) -> ManifestRows:
     return _read_records(data, source, lambda: [positions.locate((i,))[0] for i in range(count)])
 
 
-def read_manifest(path: Path, source: str) -> ManifestRows:
-    """Rows of a manifest file by its suffix; a RecipeError for anything unreadable."""
+def read_manifest(path: Path, source: str, delimiter: str | None = None) -> ManifestRows:
+    """Rows of a manifest file by its suffix; a RecipeError for anything unreadable.
+
+    A CSV/TSV is split at ``delimiter`` (``subjects.delimiter``), else at the one sniffed
+    from its header (:func:`sniff_delimiter`), noted when it is not the suffix's own."""
     suffix = path.suffix.lower()
     if suffix not in FORMATS:
         raise RecipeError([f"{source}: unknown manifest format {suffix or '(no suffix)'!r}; use one of {', '.join(FORMATS)}"])
@@ -295,7 +342,13 @@ def read_manifest(path: Path, source: str) -> ManifestRows:
     except UnicodeDecodeError:
         raise RecipeError([f"{source}: the manifest is not UTF-8 text"]) from None
     if suffix in (".csv", ".tsv"):
-        return _read_delimited(text, source, "," if suffix == ".csv" else "\t")
+        default = "," if suffix == ".csv" else "\t"
+        chosen = delimiter or sniff_delimiter(text, default)
+        rows = _read_delimited(text, source, chosen)
+        if delimiter is None and chosen != default:
+            rows.notes.insert(0, f"{source}: read with {delimiter_name(chosen)} as the delimiter (found in its "
+                                 f"header; set subjects.delimiter to choose)")
+        return rows
     if suffix == ".json":
         return _read_json(text, source)
     if suffix in (".jsonl", ".ndjson"):

@@ -55,6 +55,7 @@ PolicyOverride = create_model(  # type: ignore[call-overload]
 
 FromTemplates = Union[str, tuple[str, ...], dict[str, str]]  # noqa: UP007
 SessionMode = Literal["optional", "required", "none"]
+Delimiter = Literal[",", ";", "\t", "|"]
 _BIDS_KEYS = ("datatype", "suffix", "session", "extension")
 _FOUND_KEYS = ("pivot", "required", "fields")
 
@@ -71,6 +72,7 @@ class SubjectsSpec(BaseModel):
     suffix: Optional[tuple[str, ...]] = Field(default=None, min_length=1, description="With bids: the suffixes to find (T1w, bold, mask ...): one file column each.")  # noqa: UP045
     session: SessionMode = Field(default="optional", description="With bids: ses-<label> folders optional, required, or none.")
     extension: tuple[str, ...] = Field(default=(".nii.gz", ".nii"), min_length=1, description="With bids: file extensions that match.")
+    delimiter: Optional[Delimiter] = Field(default=None, description="A .csv/.tsv manifest's field separator: ',', ';', tab (\"\\t\") or '|'; null: the suffix's own (',' / tab), or the one found in the header line when it lacks that (Excel writes ';').")  # noqa: UP045
     id: str = Field(default="subject_id", description="The id: a manifest column (default subject_id) or, with 'from', a template field (default subject).")
     pivot: Optional[str] = Field(default=None, description="With 'from': the field whose values become file columns (one row per id).")  # noqa: UP045
     required: tuple[str, ...] = Field(default=(), description="With 'from' or 'bids': columns a subject must have; one missing is reported and not run.")

@@ -62,6 +62,7 @@ class SubjectTable(Sequence[SubjectRow]):
         self.required = tuple(required)
         self.discovery = discovery
         self._id_cell: int | None = None  # which cell of a manifest line is the id, verbatim
+        self.notes: list[str] = []  # what reading the manifest decided for the user (see ManifestRows.notes)
 
     @classmethod
     def of_manifest(cls, manifest: ManifestRows, ids: list[str], safe: list[str],
@@ -251,6 +252,7 @@ def _found_subjects(loaded: LoadedRecipe) -> SubjectTable:
                                            required=loaded.recipe.subjects.required, discovery=report))
     if not table:
         raise RecipeError([f"{loaded.locate(('subjects',))}: include/exclude leave no subjects to run"])
+    table.notes = list(report.notes)
     return table
 
 
@@ -275,7 +277,7 @@ def _load_subjects(loaded: LoadedRecipe) -> SubjectTable:
         what = "is a folder, not a manifest file" if path.is_dir() else "does not exist"
         raise RecipeError([f"{where}: manifest {str(path)!r} {what}"])
     try:
-        table = read_manifest(path, spec.manifest)
+        table = read_manifest(path, spec.manifest, manifest_delimiter(loaded, path))
     except OSError as exc:
         raise RecipeError([f"{where}: cannot read {str(path)!r}: {exc.strerror or exc}"]) from None
     source, id_col = table.source, spec.id
@@ -299,7 +301,17 @@ def _load_subjects(loaded: LoadedRecipe) -> SubjectTable:
     subjects = _filtered(loaded, SubjectTable.of_manifest(table, ids, safe, index, id_cell))
     if not subjects:
         raise RecipeError([f"{loaded.locate(('subjects',))}: include/exclude leave no subjects to run"])
+    subjects.notes = list(table.notes)
     return subjects
+
+
+def manifest_delimiter(loaded: LoadedRecipe, path: Path) -> str | None:
+    """``subjects.delimiter``, refused for a manifest that is not a .csv/.tsv (it would be ignored)."""
+    delimiter = loaded.recipe.subjects.delimiter
+    if delimiter is not None and path.suffix.lower() not in (".csv", ".tsv"):
+        raise RecipeError([f"{loaded.locate(('subjects', 'delimiter'))}: a delimiter applies to a .csv or .tsv "
+                           f"manifest, not {path.suffix or 'one without a suffix'}"])
+    return delimiter
 
 
 def _distinct(ids: list[str]) -> bool:
@@ -372,7 +384,7 @@ def row_locations(loaded: LoadedRecipe, ids: set[str]) -> dict[str, str]:
     path = Path(spec.manifest).expanduser()
     path = path if path.is_absolute() else loaded.root / path
     try:
-        table = read_manifest(path, spec.manifest)
+        table = read_manifest(path, spec.manifest, manifest_delimiter(loaded, path))
     except (OSError, RecipeError):
         return {}
     out: dict[str, str] = {}

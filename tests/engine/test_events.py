@@ -48,11 +48,13 @@ EVERY_KIND = [
     done_event("a", _row()),
     failed_event("a", _row(ok=False), True),
     SubjectSkipped(stage="b", subject="S1", reason="skipped: upstream failed"),
-    RetryRound(stage="a", subjects=2, attempt=2),
+    RetryRound(stage="a", subjects=7, attempt=2, subject_ids=["S1", "S2", "S3", "S4", "S5"],
+               kinds={"exception": 6, "timeout": 1}),
     CheckpointCleared(stage="a", records=3, retried=1),
     TrainStarted(stage="t", nproc_per_node=2, nnodes=1),
     Stopping(signal="SIGINT", stage="a", kind="map", running=2, grace_sec=15.0, backend="process"),
     ConsoleLine(line="[t/0] hello\n"),
+    RetryRound(stage="a", subjects=2, attempt=2),  # as runs before issue 32 wrote it: no ids, no kinds
 ]
 
 

@@ -78,7 +78,7 @@ def test_a_subject_missing_a_required_column_is_reported_not_run(tmp_path: Path)
     assert rows.file_needs() == {"ct": True, "mask": True}
     out = run_cli("validate", str(recipe))
     assert out.returncode == 0, out.stderr
-    assert "2 to run of 3 found by data/{subject}/{modality}.nii.gz" in out.stdout
+    assert "2 of 3 found by data/{subject}/{modality}.nii.gz" in out.stdout
     assert "1 incomplete, not run: LUNG003 (missing mask)" in out.stdout
     plan = run_cli("plan", str(recipe))
     assert plan.returncode == 0 and "1 incomplete, not run: LUNG003 (missing mask)" in plan.stdout

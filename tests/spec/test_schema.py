@@ -108,9 +108,16 @@ def test_init_writes_a_study_that_validates(tmp_path: Path):
     checked = run_cli("validate", str(target / "recipe.yaml"))
     assert checked.returncode == 0, checked.stderr
     assert "ok: the recipe is valid" in checked.stdout
-    assert "subjects  6 to run of 6 found by data/{subject}/{image}.csv" in checked.stdout
+    assert "subjects  6 of 6 found by data/{subject}/{image}.csv" in checked.stdout
     ran = run_cli("run", str(target / "recipe.yaml"))
     assert ran.returncode == 0, ran.stdout + ran.stderr
+    # after the run, plan says nothing is left to run, and no line above says otherwise
+    planned = run_cli("plan", str(target / "recipe.yaml"))
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    assert "subjects: 6 of 6 found by data/{subject}/{image}.csv" in planned.stdout
+    assert "nothing to run" in planned.stdout
+    assert [line for line in planned.stdout.splitlines() if "to run" in line and not line.lstrip().startswith("stage ")] == [
+        "nothing to run: every stage is done"], planned.stdout  # (the table's header has a 'to run' column)
     again = run_cli("init", str(target))
     assert again.returncode == 2
     assert "already exists" in again.stderr and "Traceback" not in again.stderr

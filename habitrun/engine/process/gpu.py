@@ -3,7 +3,7 @@
 Detection order: the runner's ``CUDA_VISIBLE_DEVICES`` when set (the user
 or the batch system already chose the devices), else ``nvidia-smi -L``,
 else none. No GPU detected means no capping: clamping workers to zero
-would make no sense.
+would make no sense; the run says so (a warning, see :func:`no_gpu_reason`).
 """
 
 from __future__ import annotations
@@ -38,6 +38,17 @@ def detect_gpus(env: Mapping[str, str] | None = None) -> list[str]:
         return []
     count = sum(1 for line in done.stdout.splitlines() if line.strip().startswith("GPU "))
     return [str(i) for i in range(count)]
+
+
+def no_gpu_reason(env: Mapping[str, str] | None = None) -> str:
+    """Why :func:`detect_gpus` found none, in the words of its detection order (for the warning)."""
+    env = os.environ if env is None else env
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return f"CUDA_VISIBLE_DEVICES={visible!r} names none"
+    if shutil.which("nvidia-smi") is None:
+        return "CUDA_VISIBLE_DEVICES is not set and there is no nvidia-smi"
+    return "CUDA_VISIBLE_DEVICES is not set and nvidia-smi -L lists none"
 
 
 def device_for_slot(devices: list[str], slot: int) -> str | None:

@@ -37,6 +37,7 @@ from typing import Any
 
 from habitrun.engine.contract import Backend, OperatorRef, ReportFn, SubjectTask
 from habitrun.engine.control import StopFlag
+from habitrun.engine.process.gpu import no_gpu_reason
 from habitrun.engine.process.modes import mode_for
 from habitrun.engine.process.pool import WorkerPool
 from habitrun.engine.process.stage import StageRun
@@ -68,6 +69,12 @@ class ProcessBackend(Backend):
     @property
     def effective_workers(self) -> int:
         return self.pool.effective
+
+    def notes(self) -> list[str]:
+        if self.policy.cap_workers_to_gpu_pool and not self.pool.devices:
+            return [f"cap_workers_to_gpu_pool is true but no GPU was detected ({no_gpu_reason()}): "
+                    f"{self.pool.effective} worker(s) run uncapped, none pinned to a GPU"]
+        return []
 
     @property
     def started_pids(self) -> list[int]:
