@@ -23,9 +23,9 @@ from rich.table import Table
 
 from habitrun.cli.app import app, err_console
 from habitrun.cli.plan import (
-    counts_table,
     make_console,
     open_existing_store,
+    print_counts,
     print_package_changes,
     store_notes,
 )
@@ -266,7 +266,7 @@ def print_run(console: Console, shown: Shown, target: Path) -> None:
     if outcome == RUNNER_DIED:
         console.print("  it did not finish: what it stored is kept; continue with: "
                       f"{esc(resume_command(target))}", highlight=False)
-    console.print(counts_table(shown.plan, f"stages of {esc(shown.loaded.recipe.name)} now"))
+    print_counts(console, shown.plan, f"stages of {esc(shown.loaded.recipe.name)} now")
     if shown.stats:
         console.print(resources_table(shown.stats))
         for name, st in shown.stats.items():
