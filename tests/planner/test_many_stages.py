@@ -68,3 +68,22 @@ def test_a_long_table_is_drawn_as_rich_draws_it(monkeypatch, terminal, width, ti
         monkeypatch.setattr(longtable, "_rich_table", lambda *a: pytest.fail("rich's Table was used"))
         assert "[bold]x 日本" in slow  # user text shown as written, not as markup
     assert _drawn(300, width, title, terminal, True, monkeypatch) == slow
+
+
+@pytest.mark.timeout(240)
+def test_status_of_a_run_of_250_stages_shows_every_stage_in_both_tables(tmp_path):
+    write_study(tmp_path, 250, "chain")
+
+    def habitrun(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "habitrun.cli.app", *args], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=200, env={**os.environ, "COLUMNS": "120"})
+
+    run = habitrun("run", "recipe.yaml", "-q")
+    assert run.returncode == 0, run.stdout + run.stderr
+    status = habitrun("status", "recipe.yaml")
+    assert status.returncode == 0, status.stdout + status.stderr
+    out = status.stdout
+    assert len(re.findall(r"^ s\d+\s+map\s+4\s+0\s+0\s+0\s+0\s+0\s+0 $", out, re.M)) == 250  # counts
+    assert len(re.findall(r"^ s\d+\s+4\s+\S+ \S+\s+\S+ \S+\s+\S+ \S+\s+\S+ MB", out, re.M)) == 250  # resources
+    assert len(re.findall(r"^  slowest in s\d+: S\d ", out, re.M)) == 250
+    assert out.index("duration and peak memory") < out.index("slowest in s0:") < out.index("slowest in s249:")
