@@ -378,28 +378,27 @@ class Recipe(BaseModel):
 
 
 def _find_cycle(graph: dict[str, tuple[str, ...]]) -> list[str] | None:
-    state: dict[str, int] = {}
-    stack: list[str] = []
-
-    def visit(node: str) -> list[str] | None:
-        state[node] = 1
-        stack.append(node)
-        for nxt in graph.get(node, ()):
-            if state.get(nxt) == 1:
-                return stack[stack.index(nxt):] + [nxt]
-            if state.get(nxt) is None and nxt in graph:
-                found = visit(nxt)
-                if found:
-                    return found
-        stack.pop()
-        state[node] = 2
-        return None
-
-    for node in graph:
-        if state.get(node) is None:
-            found = visit(node)
-            if found:
-                return found
+    """A cycle of needs (``[a, b, a]``), or None. Depth-first without recursion: a chain of
+    thousands of stages listed last-first is as deep as it is long."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    for root in graph:
+        if state.get(root) is not None:
+            continue
+        state[root] = 1
+        path = [root]
+        pending = [iter(graph.get(root, ()))]
+        while pending:
+            for nxt in pending[-1]:
+                if state.get(nxt) == 1:
+                    return path[path.index(nxt):] + [nxt]
+                if state.get(nxt) is None and nxt in graph:
+                    state[nxt] = 1
+                    path.append(nxt)
+                    pending.append(iter(graph.get(nxt, ())))
+                    break
+            else:
+                state[path.pop()] = 2
+                pending.pop()
     return None
 
 

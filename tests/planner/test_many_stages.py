@@ -87,3 +87,23 @@ def test_status_of_a_run_of_250_stages_shows_every_stage_in_both_tables(tmp_path
     assert len(re.findall(r"^ s\d+\s+4\s+\S+ \S+\s+\S+ \S+\s+\S+ \S+\s+\S+ MB", out, re.M)) == 250  # resources
     assert len(re.findall(r"^  slowest in s\d+: S\d ", out, re.M)) == 250
     assert out.index("duration and peak memory") < out.index("slowest in s0:") < out.index("slowest in s249:")
+
+
+@pytest.mark.timeout(180)
+def test_a_chain_of_2000_stages_listed_last_first_plans_and_a_long_cycle_is_named(tmp_path):
+    recipe = write_study(tmp_path, 2000, "chain")
+    lines = recipe.read_text().splitlines()
+    head, stages = [x for x in lines if not x.startswith("  - ")], [x for x in lines if x.startswith("  - ")]
+    recipe.write_text("\n".join(head + stages[::-1]) + "\n")  # the depth-first check went 2000 calls deep
+
+    def plan() -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "habitrun.cli.app", "plan", recipe.name], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=170, env={**os.environ, "COLUMNS": "120"})
+
+    done = plan()
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stdout + done.stderr
+    assert "8000 subject-stage(s) would run" in done.stdout
+    recipe.write_text(recipe.read_text().replace('params: {k: 0}}', 'params: {k: 0}, needs: [s1999]}'))
+    cycle = plan()
+    assert cycle.returncode == 2 and "Traceback" not in cycle.stderr, cycle.stdout + cycle.stderr
+    assert "the stages' needs form a cycle: " in cycle.stderr and "s1999 -> s1998" in cycle.stderr
