@@ -339,7 +339,8 @@ class Recipe(BaseModel):
         return index
 
     @cached_property
-    def _merged_policies(self) -> dict[str, RunPolicy]:
+    def policy_by_stage(self) -> dict[str, RunPolicy]:
+        """Each stage's merged policy, filled by :meth:`stage_policy` as it is asked."""
         return {}
 
     def stage(self, name: str) -> StageSpec:
@@ -350,9 +351,9 @@ class Recipe(BaseModel):
 
     def stage_policy(self, name: str) -> RunPolicy:
         """The recipe policy with the stage's override merged over it (merged once per stage)."""
-        merged = self._merged_policies.get(name)
+        merged = self.policy_by_stage.get(name)
         if merged is None:
-            merged = self._merged_policies[name] = self.policy.merged(self.stage(name).policy_override())
+            merged = self.policy_by_stage[name] = self.policy.merged(self.stage(name).policy_override())
         return merged
 
     def ordered_stages(self) -> list[StageSpec]:
