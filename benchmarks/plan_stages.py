@@ -7,7 +7,7 @@ in a temporary folder and planned by the real CLI in a fresh process
 (``python -m habitrun.cli.app plan``), the best of ``--repeat`` wall times
 printed per shape and N (planning should grow linearly with the stages).
 
-    python benchmarks/plan_stages.py [--stages 250 500 1000 2000] [--repeat 3] [--shape chain fan]
+    python benchmarks/plan_stages.py [--stages 250 500 1000 2000] [--repeat 3] [--shape chain fan] [--subjects 4]
     python benchmarks/plan_stages.py --write DIR --stages 2000   # only write the study, to profile it:
     python -m cProfile -s cumtime -m habitrun.cli.app plan DIR/recipe.yaml
 """
@@ -47,12 +47,12 @@ def recipe_text(n: int, shape: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_study(folder: Path, n: int, shape: str) -> Path:
+def write_study(folder: Path, n: int, shape: str, subjects: int = SUBJECTS) -> Path:
     """The recipe, its manifest and its operator modules in ``folder``; returns the recipe's path."""
     folder.mkdir(parents=True, exist_ok=True)
     for m in range(MODULES):
         (folder / f"ops{m}.py").write_text(OPS)
-    (folder / "subjects.csv").write_text("subject_id\n" + "".join(f"S{i}\n" for i in range(SUBJECTS)))
+    (folder / "subjects.csv").write_text("subject_id\n" + "".join(f"S{i}\n" for i in range(subjects)))
     recipe = folder / "recipe.yaml"
     recipe.write_text(recipe_text(n, shape))
     return recipe
@@ -74,16 +74,17 @@ def main() -> None:
     parser.add_argument("--stages", type=int, nargs="*", default=[250, 500, 1000, 2000])
     parser.add_argument("--shape", nargs="*", choices=["chain", "fan"], default=["chain", "fan"])
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--subjects", type=int, default=SUBJECTS)
     parser.add_argument("--write", type=Path, help="only write the study of the first --stages and --shape here")
     args = parser.parse_args()
     if args.write:
-        print(write_study(args.write, args.stages[0], args.shape[0]))
+        print(write_study(args.write, args.stages[0], args.shape[0], args.subjects))
         return
     print(f"{'shape':<6} {'stages':>7} {'plan s':>8} {'ms/stage':>9}")
     with tempfile.TemporaryDirectory(prefix="plan-stages-") as tmp:
         for shape in args.shape:
             for n in args.stages:
-                recipe = write_study(Path(tmp) / f"{shape}{n}", n, shape)
+                recipe = write_study(Path(tmp) / f"{shape}{n}", n, shape, args.subjects)
                 best = min(time_plan(recipe) for _ in range(args.repeat))
                 print(f"{shape:<6} {n:>7} {best:>8.2f} {1000 * best / n:>9.2f}", flush=True)
 
