@@ -18,12 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich import box
 from rich.console import Console
-from rich.table import Table
 
 from habitrun.cli.app import app, err_console
 from habitrun.cli.busy import in_progress_text, store_user
+from habitrun.cli.longtable import Cell, print_table
 from habitrun.cli.subjects_text import subjects_lines
 from habitrun.cli.text import esc
 from habitrun.errors import EXIT_USAGE
@@ -82,19 +81,16 @@ def open_existing_store(loaded: LoadedRecipe, *, verify: bool = False) -> Checkp
     return store
 
 
-def counts_table(plan: Plan, title: str | None = None) -> Table:
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    table.add_column("stage")
-    table.add_column("kind")
-    for column in (*COLUMNS, "to run"):
-        table.add_column(column, justify="right")
+def print_counts(console: Console, plan: Plan, title: str | None = None) -> None:
+    """The per-stage counts table (``title`` is markup); many stages are drawn by ``longtable``."""
+    headers = ("stage", "kind", *COLUMNS, "to run")
+    justify = ("left", "left", *("right" for _ in COLUMNS), "right")
+    rows = []
     for stage in plan:
         counts = stage.counts()
-        cells = [
-            f"[{_STYLE[c]}]{counts[c]}[/]" if counts[c] and c in _STYLE else str(counts[c]) for c in COLUMNS
-        ]
-        table.add_row(esc(stage.name), esc(stage.kind), *cells, str(len(stage.to_run())))
-    return table
+        cells = [Cell(str(counts[c]), _STYLE[c] if counts[c] and c in _STYLE else None) for c in COLUMNS]
+        rows.append([Cell(stage.name), Cell(stage.kind), *cells, Cell(str(len(stage.to_run())))])
+    print_table(console, title, headers, justify, rows)
 
 
 def failure_texts(stage: StagePlan, store: CheckpointStore | None, sids: list[str]) -> dict[str, str]:
@@ -211,7 +207,7 @@ def plan(
         console = make_console()
         where = f"store {loaded.store_dir()}" if store is not None else "no store yet: nothing has run"
         title = f"plan for {loaded.recipe.name} ({len(subjects)} subjects; {where})"
-        console.print(counts_table(the_plan, esc(title)))
+        print_counts(console, the_plan, esc(title))
         if busy is not None:
             console.print(f"[yellow]{esc(in_progress_text(busy))}[/]: these counts are the store's now and change "
                           "as it stores results", highlight=False)

@@ -18,6 +18,7 @@ from habitrun.engine.events import (
     CheckpointCleared,
     ConsoleLine,
     Event,
+    LargeResult,
     RetryRound,
     RunStarted,
     RunWarning,
@@ -78,7 +79,7 @@ class RunDisplay:
     def on_event(self, event: Event) -> None:
         """Draw one engine event; when quiet, only what a stop waits for and warnings."""
         handler = _HANDLERS.get(type(event))
-        if handler is not None and (not self.quiet or isinstance(event, (Stopping, RunWarning))):
+        if handler is not None and (not self.quiet or isinstance(event, (Stopping, RunWarning, LargeResult))):
             # even when quiet: what Ctrl-C waits for; a damaged or emptied store, a recipe mismatch
             handler(self, event)
 
@@ -178,6 +179,9 @@ class RunDisplay:
         self.print(f"{_tag(e.stage)} checkpoint cleared: {e.records} record(s) removed "
                    f"(clear_checkpoint_on_success; every subject succeeded{retried})")
 
+    def _on_large_result(self, e: LargeResult) -> None:
+        self.print(f"[yellow]warning:[/] {esc(large_result_text(e))}")
+
     def _on_train_started(self, e: TrainStarted) -> None:
         nodes = int(e.nnodes or 1)
         where = f" on {nodes} nodes ({e.nproc_per_node} each)" if nodes > 1 else ""
@@ -202,8 +206,17 @@ _HANDLERS: dict[type[Event], Callable[[RunDisplay, Any], None]] = {
     Stopping: RunDisplay._on_stopping,
     CheckpointCleared: RunDisplay._on_checkpoint_cleared,
     TrainStarted: RunDisplay._on_train_started,
+    LargeResult: RunDisplay._on_large_result,
     ConsoleLine: RunDisplay._on_console,
 }
+
+
+def large_result_text(e: LargeResult) -> str:
+    """The warning about a stage's large result: what it costs, and what to do instead."""
+    return (f"stage {e.stage}: the result of subject {e.subject} is {e.size_mb:g} MB pickled (over {e.limit_mb:g} MB); "
+            "every result is kept in the checkpoint store and read back by the stages that need it. Write large "
+            "data to a file in the subject's work folder (subject.workdir) and return its path instead "
+            "(said once per stage)")
 
 
 def stopping_text(e: Stopping) -> str:

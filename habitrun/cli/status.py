@@ -17,16 +17,15 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich import box
 from rich.console import Console
-from rich.table import Table
 
 from habitrun.cli.app import app, err_console
 from habitrun.cli.busy import in_progress_text, is_run, killed_before_folder, store_user
+from habitrun.cli.longtable import Cell, print_table
 from habitrun.cli.plan import (
-    counts_table,
     make_console,
     open_existing_store,
+    print_counts,
     print_package_changes,
     store_notes,
 )
@@ -190,18 +189,16 @@ def resource_stats(plan: Plan, store: CheckpointStore | None) -> dict[str, dict[
     return stage_stats(chosen)
 
 
-def resources_table(stats: dict[str, dict[str, Any]]) -> Table:
-    table = Table(title="duration and peak memory of the current results", title_justify="left",
-                  box=box.SIMPLE_HEAD, pad_edge=False)
-    table.add_column("stage")
-    table.add_column("n", justify="right")
-    for column in ("time median", "p95", "max", "memory median", "p95", "max"):
-        table.add_column(column, justify="right")
+def print_resources(console: Console, stats: dict[str, dict[str, Any]]) -> None:
+    """Per stage, the duration and peak memory of its current results (many stages: ``longtable``)."""
+    headers = ("stage", "n", "time median", "p95", "max", "memory median", "p95", "max")
+    rows = []
     for name, st in stats.items():
         d, m = st["duration_sec"], st["peak_rss_mb"]
-        table.add_row(esc(name), str(st["attempts"]), *(_seconds(d[k]) for k in ("median", "p95", "max")),
-                      *(_mb(m[k]) for k in ("median", "p95", "max")))
-    return table
+        rows.append([Cell(name), Cell(str(st["attempts"])), *(Cell(_seconds(d[k])) for k in ("median", "p95", "max")),
+                     *(Cell(_mb(m[k])) for k in ("median", "p95", "max"))])
+    print_table(console, "duration and peak memory of the current results", headers,
+                ("left", *("right" for _ in headers[1:])), rows)
 
 
 def _seconds(value: float | None) -> str:
@@ -339,12 +336,14 @@ def print_run(console: Console, shown: Shown, target: Path) -> None:
     if shown.busy is not None:
         later = "; it has not made its run folder yet" if is_run(shown.busy) else ""
         console.print(f"[bold]now:[/] {esc(in_progress_text(shown.busy))}{later}", highlight=False)
-    console.print(counts_table(shown.plan, f"stages of {esc(shown.loaded.recipe.name)} now"))
+    print_counts(console, shown.plan, f"stages of {esc(shown.loaded.recipe.name)} now")
     if shown.stats:
-        console.print(resources_table(shown.stats))
+        print_resources(console, shown.stats)
+        slowest = []  # one print for every stage: rich's cost per print is a millisecond
         for name, st in shown.stats.items():
             slow = ", ".join(f"{esc(s['subject'])} {_seconds(s['duration_sec'])}" for s in st["slowest"])
-            console.print(f"  slowest in {esc(name)}: {slow}", highlight=False)
+            slowest.append(f"  slowest in {esc(name)}: {slow}")
+        console.print("\n".join(slowest), highlight=False)
     print_package_changes(console, shown.plan)
 
 

@@ -193,6 +193,16 @@ class CheckpointCleared(Event):
     retried: int = 0
 
 
+@_event("large_result")
+class LargeResult(Event):
+    """A stored result over ``limit_mb`` (engine/recorder.py): shown once per stage, for its first such subject."""
+
+    stage: str
+    subject: str
+    size_mb: float
+    limit_mb: float
+
+
 @_event("train_started")
 class TrainStarted(Event):
     stage: str

@@ -19,6 +19,13 @@ once, everything submitted after is dropped (not stored, not reported: a
 resume runs those subjects), and ``error`` tells the runner why. Every
 batch committed before stays in the store.
 
+Large results: a result over ``LARGE_RESULT_MB`` (pickled; the store reports
+the size of every result it keeps in a file) is worth a word, once per
+stage: every one is kept in the store, read back by the stages that need it
+and copied for each of their subjects, where a file in the subject's work
+folder (``subject.workdir``) whose path is returned costs nothing. A
+``LargeResult`` event says so after the batch that stored it.
+
 Checkpoints: the thread's commits never copy SQLite's write-ahead log into
 the database themselves (that copy fsyncs, and would hold up whichever batch
 or end-of-stage flush happened to trigger it); the thread does it after
@@ -35,7 +42,7 @@ from dataclasses import replace
 from typing import Any
 
 from habitrun.engine.contract import FailureKind
-from habitrun.engine.events import Event, SubjectDone, as_failed
+from habitrun.engine.events import Event, LargeResult, SubjectDone, as_failed
 from habitrun.store.checkpoint import CheckpointStore, Record, UnstorableResult
 from habitrun.store.trace import COL
 
@@ -44,6 +51,7 @@ _FLUSH = object()
 _STOP = object()
 GROUP_COMMIT_SEC = 0.2  # at most this long between an outcome's arrival and its commit
 CHECKPOINT_EVERY_RECORDS = 2000  # about 16 MB of write-ahead log with subjects of small results
+LARGE_RESULT_MB = 10  # a stored result above this (pickled) is warned about, once per stage
 
 
 class Recorder:
@@ -60,6 +68,7 @@ class Recorder:
         self._error: BaseException | None = None
         self._hurry = threading.Event()  # a flush or close is waiting: write without gathering
         self.converted: list[Record] = []  # successes whose result could not be stored (now failures)
+        self.large_warned: set[str] = set()  # stages whose large result was warned about
         self._thread = threading.Thread(target=self._loop, name="habitrun-recorder", daemon=True)
         self._thread.start()
 
@@ -148,7 +157,7 @@ class Recorder:
         if records or trace:
             while True:
                 try:
-                    self.store.put(records, trace)
+                    sizes = self.store.put(records, trace)
                     break
                 except UnstorableResult as exc:
                     # Keep the batch: the one result that cannot be stored becomes that subject's failure.
@@ -165,7 +174,21 @@ class Recorder:
                 if tally is None:
                     tally = self.stored_by_stage[rec.stage] = [0, 0]
                 tally[0 if rec.ok else 1] += 1
+            if sizes:
+                events = events + self._large_results(records, sizes)
         self.emit(events)
+
+    def _large_results(self, records: list[Record], sizes: dict[str, int]) -> list[Event]:
+        """One LargeResult per stage not warned about yet, for its first result over the limit."""
+        out: list[Event] = []
+        limit = LARGE_RESULT_MB * (1 << 20)
+        for rec in records:
+            size = sizes.get(rec.key, 0)
+            if size > limit and rec.stage not in self.large_warned:
+                self.large_warned.add(rec.stage)
+                out.append(LargeResult(stage=rec.stage, subject=rec.subject_id, size_mb=round(size / (1 << 20), 1),
+                                       limit_mb=LARGE_RESULT_MB))
+        return out
 
 
 def _as_unstorable_event(event: Event, bad: Record, message: str) -> Event:

@@ -8,6 +8,7 @@ RANK, WORLD_SIZE and friends.
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import pickle
 import signal
@@ -76,6 +77,9 @@ def run_function_rank(spec: FunctionRankSpec) -> None:
     _redirect(spec.stdout, 1)
     _redirect(spec.stderr, 2)
     _reopen_std_streams()
+    # Before the user's module is imported (unpickling does it): a segfault there, or in the
+    # function, leaves its Python stack in the rank's stderr log (record() finds it enabled).
+    faulthandler.enable(file=sys.stderr, all_threads=True)
     try:
         fn, args = pickle.loads(spec.payload)
     except Exception as exc:  # noqa: BLE001 - reported through the error file

@@ -2,7 +2,9 @@
 
 The program is found before any rank starts (on the ranks' PATH, or as a path
 from ``cwd``). Each rank starts through the lifeline trampoline, which makes it
-die with the launcher before it execs the command.
+die with the launcher before it execs the command. ``PYTHONFAULTHANDLER=1`` is
+set unless the caller set it: a Python command that segfaults leaves its stack
+in the rank's stderr (the one variable besides torchrun's that a rank gets).
 """
 
 from __future__ import annotations
@@ -66,10 +68,13 @@ class CommandRanks(ProcessContext):
             if target is not None:
                 opened.append(target)
             targets[stream] = target
+        env = self.envs[rank]
+        if "PYTHONFAULTHANDLER" not in env:  # a Python rank that segfaults leaves its stack in its stderr
+            env = {**env, "PYTHONFAULTHANDLER": "1"}
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-S", "-c", TRAMPOLINE, str(os.getpid()), *argv],
-                env=self.envs[rank],
+                env=env,
                 cwd=self.spec.cwd,
                 stdout=targets["out"],
                 stderr=targets["err"],

@@ -76,7 +76,10 @@ def explain(rank: RankResult) -> tuple[str, str | None]:
     if rank.error is not None:
         return f"{rank.describe()}: {rank.error.message}", rank.error.traceback
     tail = _stderr_tail(rank.stderr)
-    hint = "no error file; decorate the entrypoint with habitrun.launcher.record (or torch's @record)"
+    if rank.signal is not None:  # no handler runs on a signal: faulthandler may have printed the stack
+        hint = "a signal leaves no error file; its Python stack, if it printed one, ends its stderr"
+    else:
+        hint = "no error file; decorate the entrypoint with habitrun.launcher.record (or torch's @record)"
     where = f", see {rank.stderr}" if rank.stderr else ""
     return f"{rank.describe()} ({hint}{where})", tail
 

@@ -171,12 +171,13 @@ def build_context(
                 problems.extend(exc.problems)
     present = set(subjects[0].fields) if subjects else set()
     stages: dict[str, StageInputs] = {}
+    code_memo: dict[tuple[Any, ...], Any] = {}  # stages of one module share its code's reading
     for i, stage in enumerate(recipe.stages):
         for j, col in enumerate(stage.fields or ()):
             if col not in present:
                 problems.append(f"{loaded.locate(('stages', i, 'fields', j))}: column {col!r} is not in the manifest")
         stages[stage.name] = _stage_inputs(loaded, i, columns, digester, policies[stage.name], problems,
-                                           verify_only=verify_only)
+                                           verify_only=verify_only, code_memo=code_memo)
     if problems:
         raise RecipeError(problems)
     context = KeyContext(loaded, subjects, stages, files, digester)
@@ -186,7 +187,8 @@ def build_context(
 
 
 def _stage_inputs(loaded: LoadedRecipe, index: int, columns: Mapping[str, bool], digester: Digester | None,
-                  policy: RunPolicy, problems: list[str], *, verify_only: bool) -> StageInputs:
+                  policy: RunPolicy, problems: list[str], *, verify_only: bool,
+                  code_memo: dict[tuple[Any, ...], Any] | None = None) -> StageInputs:
     """What one stage's keys depend on; a declared input that cannot be read goes to ``problems``."""
     stage = loaded.recipe.stages[index]
     mode = policy.cache
@@ -198,7 +200,14 @@ def _stage_inputs(loaded: LoadedRecipe, index: int, columns: Mapping[str, bool],
             problems.extend(exc.problems)
     search_path, root = tuple(loaded.search_path), Path(loaded.root)
     # validate keeps no key: its context skips reading the code (syntax trees, package versions)
-    code = CodeInfo("verify-only") if verify_only else stage_code(stage, search_path, root)
+    memo = {} if code_memo is None else code_memo
+    what = (stage.operator, stage.entrypoint, tuple(stage.command or ()))  # all that stage_code reads but the version
+    if verify_only:
+        code = CodeInfo("verify-only")
+    else:
+        code = memo.get(("code", *what, stage.code_version))
+        if code is None:
+            code = memo[("code", *what, stage.code_version)] = stage_code(stage, search_path, root)
     in_key = policy.rerun_on_package_change
     pieces = [code.fingerprint]
     if inputs:
@@ -210,7 +219,9 @@ def _stage_inputs(loaded: LoadedRecipe, index: int, columns: Mapping[str, bool],
     legacy = None
     if not verify_only and variant is None and not stage.inputs and stage.code_version is None \
             and not (in_key and code.packages):
-        legacy = legacy_fingerprint(stage, search_path, root)
+        legacy = memo.get(("legacy", *what))
+        if legacy is None:
+            legacy = memo[("legacy", *what)] = legacy_fingerprint(stage, search_path, root)
     return StageInputs(
         stage=stage, code=code, fingerprint="\x00".join(pieces), inputs=inputs, mode=mode,
         packages_in_key=in_key, file_cols=cols, variant=variant, legacy_fingerprint=legacy,

@@ -12,6 +12,7 @@ Every reason text the planner writes is a template here, in one place.
 
 from __future__ import annotations
 
+import functools
 from enum import Enum
 from typing import Any, NamedTuple
 
@@ -85,7 +86,11 @@ TABLE: tuple[tuple[Stored | None, bool | None, bool | None, bool | None, Decisio
 
 def decide(stored: Stored, forced: bool, policy: RunPolicy) -> Decision:
     """A subject's status and reason (see :data:`TABLE`); ``forced``: listed in force_rerun_subjects."""
-    here = (stored, forced, policy.resume, policy.retry_failed_subjects)
+    return _decide(stored, forced, policy.resume, policy.retry_failed_subjects)
+
+
+def _decide(stored: Stored, forced: bool, resume: bool, retry_failed: bool) -> Decision:
+    here = (stored, forced, resume, retry_failed)
     for *cells, decision in TABLE:
         if all(cell is ANY or cell == value for cell, value in zip(cells, here, strict=True)):
             return decision
@@ -93,5 +98,13 @@ def decide(stored: Stored, forced: bool, policy: RunPolicy) -> Decision:
 
 
 def decisions(policy: RunPolicy) -> dict[tuple[Stored, bool], Decision]:
-    """Every decision of one policy, (stored, forced) -> decision: looked up per subject."""
-    return {(stored, forced): decide(stored, forced, policy) for stored in Stored for forced in (False, True)}
+    """Every decision of one policy, (stored, forced) -> decision: looked up per subject.
+
+    Made once per pair of the two policy fields the table reads, not once per stage."""
+    return _decisions(policy.resume, policy.retry_failed_subjects)
+
+
+@functools.cache
+def _decisions(resume: bool, retry_failed: bool) -> dict[tuple[Stored, bool], Decision]:
+    return {(stored, forced): _decide(stored, forced, resume, retry_failed)
+            for stored in Stored for forced in (False, True)}

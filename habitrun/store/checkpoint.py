@@ -193,8 +193,11 @@ class CheckpointStore(StoreQueries):
             yield self._con
 
     # -- writing -----------------------------------------------------------------------------
-    def put(self, records: Sequence[Record], trace: Sequence[tuple] = ()) -> None:
+    def put(self, records: Sequence[Record], trace: Sequence[tuple] = ()) -> dict[str, int]:
         """Store a batch, and its trace rows (store/trace.py), in one transaction: all or none.
+
+        Returns the size in bytes (pickled, or raw for bytes and text) of each result kept in a
+        file, by key: the large ones, which the runner warns about (engine/recorder.py).
 
         A success's result is serialised by diskcache's ``Disk`` (so it reads back the way
         diskcache reads its own values). A small one goes into the record's own row, one
@@ -205,7 +208,7 @@ class CheckpointStore(StoreQueries):
             if trace:
                 with self._transaction() as con:
                     con.executemany(TRACE_INSERT, trace)
-            return
+            return {}
         now = time.time()
         disk = self._writer().disk
         spilled: dict[str, dc.Stored] = {}  # key -> what Disk.store returned, for results kept in files
@@ -226,6 +229,7 @@ class CheckpointStore(StoreQueries):
             for stored in spilled.values():  # files of a batch that was not written
                 disk.remove(stored[2])
             raise
+        return {key: stored[0] for key, stored in spilled.items()}
 
     def _row(self, rec: Record, now: float, disk: diskcache.Disk, spilled: dict[str, dc.Stored]) -> tuple:
         """The upsert's row of one record; a result too large for the row goes into ``spilled``."""

@@ -11,6 +11,7 @@ from habitrun.engine.events import (
     EVENT_TYPES,
     CheckpointCleared,
     ConsoleLine,
+    LargeResult,
     RetryRound,
     RunFinished,
     RunStarted,
@@ -54,6 +55,7 @@ EVERY_KIND = [
     TrainStarted(stage="t", nproc_per_node=2, nnodes=1),
     Stopping(signal="SIGINT", stage="a", kind="map", running=2, grace_sec=15.0, backend="process"),
     ConsoleLine(line="[t/0] hello\n"),
+    LargeResult(stage="a", subject="S1", size_mb=20.0, limit_mb=10),
     RetryRound(stage="a", subjects=2, attempt=2),  # as runs before issue 32 wrote it: no ids, no kinds
 ]
 
@@ -77,6 +79,7 @@ def test_every_kind_is_covered_and_reads_back_as_itself() -> None:
     (EVERY_KIND[11], ["event", "signal", "stage", "kind", "running", "grace_sec", "backend"]),
     (replace(EVERY_KIND[11], now=True), ["event", "now", "signal", "stage", "kind", "running", "grace_sec",
                                          "backend"]),
+    (EVERY_KIND[13], ["event", "stage", "subject", "size_mb", "limit_mb"]),
     (SubjectFailed(stage="t", subject="__stage__", attempt=1, kind="exception", error="e", final=True, log="/l"),
      ["event", "stage", "subject", "attempt", "kind", "error", "final", "log"]),  # a train stage's
     (SubjectFailed(stage="a", subject="S1", attempt=1, kind="disk_full", error="e", final=False, log="/l", pid=7),

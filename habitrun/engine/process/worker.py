@@ -12,10 +12,17 @@ together with every process the subject started (``os.killpg``), and is a
 child subreaper, so it can also kill what left that group (see ``reaper``).
 A TERMINATE from the runner is acted on by the reader thread, so a subject
 that ignores SIGTERM still ends with everything it started.
+
+``faulthandler`` is enabled on fd 2 once per worker: fd 2 is the scratch file
+(see ``invoke``), pointed back at it before every subject, so a subject that
+segfaults leaves ``Fatal Python error: Segmentation fault`` and its Python
+stack after its own output there, and the runner copies both into that
+subject's log with the death (``deathlog``). Nothing is paid per subject.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import signal
 import sys
@@ -165,6 +172,8 @@ def worker_main(conn: Connection, config: WorkerConfig, beacon: Beacon) -> None:
     """Entry point of every worker process (persistent or isolated)."""
     _prepare(config)
     capture_output_in(config.scratch_path)
+    # By number: whatever fd 2 is when the crash comes, which is the scratch file the subject's log is read from.
+    faulthandler.enable(file=2, all_threads=False)  # the crashing thread: the subject's, not our reader's
     outbox = Outbox(conn.fileno(), 0.0 if config.max_tasks else config.reply_hold_sec)
     inbox = Inbox(conn, outbox, _kill_own_group)
     bound: BoundOperator | None = None
