@@ -35,8 +35,11 @@ class WriteFailure:
             self.stop.set(f"cannot write {folder}: {reason(exc)}", hard=True)
 
     def end_run(self, run: RunFolder, counts: dict[str, Any], stored: int, started: float,
-                store_dir: Path) -> StoreWriteError:
-        """Record what can still be recorded in the run folder; the run-level error to raise."""
+                store_dir: Path, kept: int = 0) -> StoreWriteError:
+        """Record what can still be recorded in the run folder; the run-level error to raise.
+
+        ``kept``: outcomes received and not stored, kept in the run's journal (the next run
+        stores them without running their subjects again)."""
         assert self.first is not None
         folder, exc = self.first
         summary = {"stages": {name: c.as_dict() for name, c in counts.items()},
@@ -50,8 +53,10 @@ class WriteFailure:
         what = "the checkpoint store" if folder == store_dir else "the run folder"
         return StoreWriteError(
             f"cannot write {what} at {folder}: {reason(exc)}. The run stopped at the first write that "
-            f"failed; {stored} result(s) of this run were stored before it and stay readable. "
-            "Free space there (or set run_dir / policy.checkpoint_dir to another disk), then continue with:",
+            f"failed; {stored} result(s) of this run were stored before it and stay readable"
+            + (f", and {kept} more are kept in the run's journal (stored by `resume` without running their "
+               "subjects again)" if kept else "")
+            + ". Free space there (or set run_dir / policy.checkpoint_dir to another disk), then continue with:",
             folder=folder,
         )
 
