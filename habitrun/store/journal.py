@@ -57,6 +57,7 @@ HEADER, OUTCOMES, COMMITTED, FORGOTTEN = "header", "outcomes", "committed", "for
 FIELDS = ("stage", "key", "subject_id", "ok", "result", "error", "kind", "attempts", "components", "run_id",
           "log_path", "duration_sec")
 RESULT_MAX = 64 * 1024  # a larger result is not journaled (its subject runs again after a kill)
+BATCH_MAX = 16 * 1024 * 1024  # a batch pickled larger is looked at record by record
 _FRAME = struct.Struct(">II")
 _row_of = attrgetter(*FIELDS)
 record_of = builder(Record, *FIELDS)  # a journal row back into a Record
@@ -69,11 +70,11 @@ def _frame(payload: Any) -> bytes:
 
 def _split(records: Sequence[Record]) -> tuple[list[tuple], list[tuple[str, str, str]], bytes | None]:
     """The rows of a batch and its records not kept (too large, or not picklable): one pickle
-    of the whole batch when it is small, else record by record."""
+    of the whole batch when its results are small on average, else record by record."""
     rows = [_row_of(r) for r in records]
     try:
         data = pickle.dumps(rows, protocol=pickle.HIGHEST_PROTOCOL)
-        if len(data) <= RESULT_MAX:
+        if len(data) <= min(RESULT_MAX * len(rows), BATCH_MAX):  # small results on average: all kept
             return rows, [], data
     except Exception:  # noqa: BLE001 - an unpicklable result: found record by record below
         pass
