@@ -11,15 +11,17 @@ import os
 import random
 import statistics
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.engine.study import events, habitrun_cmd, make_study, markers, run_cli
+from tests.engine.study import habitrun_cmd, make_study, markers, run_cli
 from tests.engine.test_lost_commits import kill_after
 
 WORKERS = 2
 SUBJECTS = 400
+KILLS = 5
 
 
 def executions(folder: Path) -> dict[str, int]:
@@ -32,8 +34,19 @@ def repeats(folder: Path) -> int:
     return sum(n - 1 for n in executions(folder).values())
 
 
-def reported(folder: Path) -> int:
-    return sum(1 for e in events(folder) if e.get("event") == "subject_done")
+def journals(folder: Path) -> set[Path]:
+    return set((folder / ".habitrun" / "runs").glob("*/journal.bin"))
+
+
+def kill_mid_stage(folder: Path, proc: subprocess.Popen[str], delay: float) -> None:
+    """SIGKILL the runner ``delay`` seconds after its run began (its journal appeared): polled cheaply, so
+    the test does not compete with the runner for the CPU."""
+    known = journals(folder)
+    deadline = time.monotonic() + 60
+    while not journals(folder) - known and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(delay)
+    kill_after(folder, proc, 0)
 
 
 def start(recipe: Path, command: str) -> subprocess.Popen[str]:
@@ -49,9 +62,9 @@ def test_each_kill_repeats_at_most_one_subject_per_worker(tmp_path: Path) -> Non
     rng = random.Random(29)
     per_kill: list[int] = []
     before = 0
-    for attempt in range(3):
+    for attempt in range(KILLS):
         proc = start(recipe, "run" if attempt == 0 else "resume")
-        kill_after(study, proc, reported(study) + rng.randint(5, 40))  # mid-stage, at a random subject
+        kill_mid_stage(study, proc, rng.uniform(0.5, 1.5))  # the stage takes 8 s: the kill lands in it
         if attempt:
             per_kill.append(repeats(study) - before)  # what this run repeated of the last kill's
         before = repeats(study)

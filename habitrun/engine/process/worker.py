@@ -185,6 +185,10 @@ def worker_main(conn: Connection, config: WorkerConfig, beacon: Beacon) -> None:
         if tag == P.BIND:
             bound, bind_error = _bind(message[1], outbox)
             continue
+        if outbox.broken or inbox.runner_gone:
+            # The runner is gone (its pipe refused our last reply): a subject started now would only be
+            # killed with us, and run again by the next run.
+            _kill_own_group()
         taken += 1
         reply = _refusal(message, inbox, bound, bind_error)
         if reply is not None:  # answered without running
