@@ -34,16 +34,16 @@ def repeats(folder: Path) -> int:
     return sum(n - 1 for n in executions(folder).values())
 
 
-def journals(folder: Path) -> set[Path]:
-    return set((folder / ".habitrun" / "runs").glob("*/journal.bin"))
+def runs(folder: Path) -> set[Path]:
+    return set((folder / ".habitrun" / "runs").glob("*/provenance.json"))
 
 
 def kill_mid_stage(folder: Path, proc: subprocess.Popen[str], delay: float) -> None:
-    """SIGKILL the runner ``delay`` seconds after its run began (its journal appeared): polled cheaply, so
-    the test does not compete with the runner for the CPU."""
-    known = journals(folder)
+    """SIGKILL the runner ``delay`` seconds after its run began (its run folder appeared): polled cheaply,
+    so the test does not compete with the runner for the CPU."""
+    known = runs(folder)
     deadline = time.monotonic() + 60
-    while not journals(folder) - known and proc.poll() is None and time.monotonic() < deadline:
+    while not runs(folder) - known and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
     time.sleep(delay)
     kill_after(folder, proc, 0)
