@@ -31,7 +31,6 @@ from habitrun.planner.plan import Plan, StagePlan, SubjectStatus, plan_study
 from habitrun.spec.loader import LoadedRecipe, load_recipe
 from habitrun.store.checkpoint import CheckpointStore
 from habitrun.store.guard import empty_store_file
-from habitrun.store.lock import default_lock_path, holder_alive, read_holder
 from habitrun.store.recovery import Recovery, examine, unsettled
 
 COLUMNS = ("done", "failed", "stale", "pending", "forced", "blocked")
@@ -66,11 +65,16 @@ def store_notes(loaded: LoadedRecipe, store: CheckpointStore | None, recovery: R
 def journal_check(loaded: LoadedRecipe, store: CheckpointStore | None) -> Recovery | None:
     """The unsettled run journals compared with the store (store/recovery.py); None while a run
     holds the store (its journal is being written, and it stored the others at its start)."""
+    journals = unsettled(loaded.run_root(), loaded.store_dir())  # usually none: a clean close settles them
+    if not journals:
+        return None
+    # imported only here: `plan` without journals never reads the lock (tests/cli/test_light_imports.py)
+    from habitrun.store.lock import default_lock_path, holder_alive, read_holder
+
     holder = read_holder(default_lock_path(loaded.store_dir()))
     if holder and holder_alive(holder) is not False:
         return None
-    journals = unsettled(loaded.run_root(), loaded.store_dir())
-    return examine(store, journals, loaded.store_dir()) if journals else None
+    return examine(store, journals, loaded.store_dir())
 
 
 def outside_notes(plan: Plan, store: CheckpointStore | None) -> list[str]:
