@@ -59,6 +59,17 @@ class StoreWriteError(StoreError):
         return StoreWriteError(f"{self.message} {command}", folder=self.folder)
 
 
+class LostRecordsError(StoreError):
+    """Records a run committed are gone from the store and its journal cannot restore them (exit 2).
+
+    The message ends with the way on ("... with --accept-loss:"); :meth:`with_command`
+    completes it with the command as the user would type it, which only the CLI knows.
+    """
+
+    def with_command(self, command: str) -> LostRecordsError:
+        return LostRecordsError(f"{self.message} {command}")
+
+
 class LockHeldError(StoreError):
     """Another live run holds the store's lock (exit 2)."""
 

@@ -24,7 +24,7 @@ from habitrun.cli.progress import RunDisplay
 from habitrun.cli.summary import print_summary
 from habitrun.engine.events import Event, RunStarted
 from habitrun.engine.runner import run_study
-from habitrun.errors import StoreWriteError
+from habitrun.errors import LostRecordsError, StoreWriteError
 from habitrun.spec.loader import LoadedRecipe, load_recipe
 from habitrun.spec.opcheck import OperatorCheck
 from habitrun.store.runs import RUNS
@@ -33,6 +33,8 @@ RETRY_FAILED_HELP = "Rerun the subjects whose failure an earlier run recorded (p
 RERUN_HELP = "Rerun this subject even if it is stored as done (repeat for several; with --stage, only in that stage)."
 STAGE_HELP = "Run only this stage and the stages it needs."
 RECORD_NOOP_HELP = "Write a run folder even when nothing is left to run."
+ACCEPT_LOSS_HELP = ("Go on when records an earlier run committed are lost from the store and its journal cannot "
+                    "restore them (their subjects run again).")
 
 
 @dataclass(frozen=True)
@@ -82,11 +84,13 @@ def retry_command(command: str, target: str, overrides: Sequence[str], selection
 
 
 def execute(console: Console, loaded: LoadedRecipe, *, quiet: bool, recipe_arg: str, retry: str,
-            selection: Selection, resume: str, report: bool = False, **run_kwargs: Any) -> NoReturn:
+            selection: Selection, resume: str, report: bool = False, accept_loss: bool = False,
+            **run_kwargs: Any) -> NoReturn:
     """Check the operators (in a child, while the manifest loads), run, print the summary, exit.
 
     ``resume`` is the command that continues the run, named when a full disk stops it.
     ``report`` (or ``policy.report``) writes the run's HTML report into its folder at the end.
+    ``accept_loss``: go on when committed records are lost for good (engine/recovering.py).
     """
     try:
         with OperatorCheck.start(loaded) as operators, RunDisplay(console, quiet=quiet) as display:
@@ -99,9 +103,12 @@ def execute(console: Console, loaded: LoadedRecipe, *, quiet: bool, recipe_arg: 
 
             summary = run_study(loaded, argv=sys.argv, observer=observe,
                                 preflight=operators.raise_problems, only_stage=selection.stage,
-                                record_noop=selection.record_noop, rerun=selection.rerun, **run_kwargs)
+                                record_noop=selection.record_noop, rerun=selection.rerun,
+                                accept_loss=accept_loss, **run_kwargs)
     except StoreWriteError as exc:  # a full disk: stopped; say how to go on from here
         raise exc.with_resume(resume) from None
+    except LostRecordsError as exc:  # the same command, accepting the loss
+        raise exc.with_command(shlex.join([*_command_line(), "--accept-loss"])) from None
     entry.note_ended()
     print_summary(console, summary, recipe_arg=recipe_arg, retry_command=retry, err=err_console)
     if report or loaded.recipe.policy.report:
@@ -110,3 +117,8 @@ def execute(console: Console, loaded: LoadedRecipe, *, quiet: bool, recipe_arg: 
 
         write_run_report(console, loaded, summary.run)
     raise typer.Exit(summary.exit_code)
+
+
+def _command_line() -> list[str]:
+    """The command as the user typed it (``habitrun run ...``), for a message that repeats it."""
+    return ["habitrun", *sys.argv[1:]]

@@ -15,6 +15,7 @@ from typing import Any, Optional
 import typer
 
 from habitrun.cli.execute import (
+    ACCEPT_LOSS_HELP,
     RECORD_NOOP_HELP,
     RERUN_HELP,
     RETRY_FAILED_HELP,
@@ -30,6 +31,7 @@ class Chosen:
     selection: Selection
     quiet: bool = False
     report: bool = False
+    accept_loss: bool = False
 
 
 def _option(name: str, annotation: Any, option: Any) -> inspect.Parameter:
@@ -45,13 +47,14 @@ SHARED = (
     _option("record_noop", bool, typer.Option(False, "--record-noop", help=RECORD_NOOP_HELP)),
     _option("report", bool, typer.Option(False, "--report",
                                          help="Write report.html into the run folder at the end (as policy.report).")),
+    _option("accept_loss", bool, typer.Option(False, "--accept-loss", help=ACCEPT_LOSS_HELP)),
 )
 
 
 def chosen_from(values: dict[str, Any]) -> Chosen:
     """The shared options' values (by parameter name) as one :class:`Chosen`."""
     selection = Selection(values["retry_failed"], tuple(values["rerun"] or ()), values["stage"], values["record_noop"])
-    return Chosen(selection, quiet=values["quiet"], report=values["report"])
+    return Chosen(selection, quiet=values["quiet"], report=values["report"], accept_loss=values["accept_loss"])
 
 
 def run_options(command: Callable[..., None]) -> Callable[..., None]:

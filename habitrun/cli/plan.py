@@ -31,6 +31,7 @@ from habitrun.planner.plan import Plan, StagePlan, SubjectStatus, plan_study
 from habitrun.spec.loader import LoadedRecipe, load_recipe
 from habitrun.store.checkpoint import CheckpointStore
 from habitrun.store.guard import empty_store_file
+from habitrun.store.recovery import Recovery, examine, unsettled
 
 COLUMNS = ("done", "failed", "stale", "pending", "forced", "blocked")
 _STYLE = {"failed": "red", "stale": "yellow", "pending": "cyan", "forced": "magenta", "blocked": "yellow"}
@@ -44,15 +45,36 @@ def make_console() -> Console:
     return console
 
 
-def store_notes(loaded: LoadedRecipe, store: CheckpointStore | None) -> list[str]:
-    """What is wrong with the store file (damaged, or empty): the command then exits 2."""
+def store_notes(loaded: LoadedRecipe, store: CheckpointStore | None, recovery: Recovery | None | bool = True
+                ) -> list[str]:
+    """What is wrong with the store file (damaged, or empty, or short of records a run committed):
+    the command then exits 2. ``recovery``: the journals' check if made already (True: make it)."""
     notes = []
     empty = empty_store_file(loaded.store_dir())
     if empty:
         notes.append(empty + "; `habitrun run` starts a new store")
     if store is not None and store.damage is not None:
         notes.append(store.damage.summary(loaded.store_dir()) + "; `habitrun run` repairs it (keeping the damaged file)")
+    if recovery is True:
+        recovery = journal_check(loaded, store)
+    if isinstance(recovery, Recovery):
+        notes.extend(recovery.losses(advice=True))
     return notes
+
+
+def journal_check(loaded: LoadedRecipe, store: CheckpointStore | None) -> Recovery | None:
+    """The unsettled run journals compared with the store (store/recovery.py); None while a run
+    holds the store (its journal is being written, and it stored the others at its start)."""
+    journals = unsettled(loaded.run_root(), loaded.store_dir())  # usually none: a clean close settles them
+    if not journals:
+        return None
+    # imported only here: `plan` without journals never reads the lock (tests/cli/test_light_imports.py)
+    from habitrun.store.lock import default_lock_path, holder_alive, read_holder
+
+    holder = read_holder(default_lock_path(loaded.store_dir()))
+    if holder and holder_alive(holder) is not False:
+        return None
+    return examine(store, journals, loaded.store_dir())
 
 
 def outside_notes(plan: Plan, store: CheckpointStore | None) -> list[str]:
@@ -193,19 +215,23 @@ def plan(
     subjects, store = subjects_and_store(loaded, lambda: open_existing_store(loaded, verify=verify))
     try:
         the_plan = plan_study(loaded, subjects, store)
-        damaged = store_notes(loaded, store)
+        recovery = journal_check(loaded, store)
+        damaged = store_notes(loaded, store, recovery)
+        pending = recovery.pending_notes() if recovery is not None else []
         busy = store_user(loaded)
         if as_json:
             data = plan_json(loaded, the_plan, store, subjects)
             data["in_progress"] = busy
             data["store_damage"] = damaged
+            data["journaled"] = pending
             data["outside_paths"] = outside_notes(the_plan, store)
             typer.echo(json.dumps(data, indent=1, ensure_ascii=False))
             if damaged:
                 raise typer.Exit(EXIT_USAGE)
             return
         console = make_console()
-        where = f"store {loaded.store_dir()}" if store is not None else "no store yet: nothing has run"
+        where = (f"store {loaded.store_dir()}" if store is not None
+                 else "no readable store: see below" if damaged else "no store yet: nothing has run")
         title = f"plan for {loaded.recipe.name} ({len(subjects)} subjects; {where})"
         print_counts(console, the_plan, esc(title))
         if busy is not None:
@@ -230,6 +256,8 @@ def plan(
             again = shlex.join(["habitrun", "run", str(recipe), *(overrides or ()), "--retry-failed"])
             console.print(f"[yellow]{failed} recorded failure(s) will not be retried[/]; retry them with: {esc(again)}",
                           highlight=False)
+        for note in pending:
+            console.print(f"[yellow]journal:[/] {esc(note)}", highlight=False)
         for note in damaged:
             err_console.print(f"[bold red]store damaged:[/] {esc(note)}", highlight=False)
         if damaged:

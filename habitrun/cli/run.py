@@ -28,4 +28,5 @@ def run(
     console = Console(highlight=False, soft_wrap=True)
     execute(console, loaded, quiet=chosen.quiet, recipe_arg=str(recipe), selection=selection,
             retry=retry_command("run", str(recipe), overrides or (), selection),
-            resume=f"habitrun resume {shlex.quote(str(recipe))}", report=chosen.report)
+            resume=f"habitrun resume {shlex.quote(str(recipe))}", report=chosen.report,
+            accept_loss=chosen.accept_loss)

@@ -26,6 +26,13 @@ and copied for each of their subjects, where a file in the subject's work
 folder (``subject.workdir``) whose path is returned costs nothing. A
 ``LargeResult`` event says so after the batch that stored it.
 
+Journal: with a run journal (:mod:`habitrun.store.journal`), each batch is
+appended to it on the caller's thread before it is queued, even once a write
+failed, and the thread appends the number of the last batch after each
+commit. What a SIGKILL of the runner leaves between the two (the commit
+window), or a full disk keeps from the store, is stored by the next run from
+the journal; nothing runs again for it.
+
 Checkpoints: the thread's commits never copy SQLite's write-ahead log into
 the database themselves (that copy fsyncs, and would hold up whichever batch
 or end-of-stage flush happened to trigger it); the thread does it after
@@ -44,6 +51,7 @@ from typing import Any
 from habitrun.engine.contract import FailureKind
 from habitrun.engine.events import Event, LargeResult, SubjectDone, as_failed
 from habitrun.store.checkpoint import CheckpointStore, Record, UnstorableResult
+from habitrun.store.journal import RunJournal
 from habitrun.store.trace import COL
 
 EmitFn = Callable[[list[Event]], None]
@@ -58,8 +66,10 @@ class Recorder:
     """A single writer thread in front of the checkpoint store and the event stream."""
 
     def __init__(self, store: CheckpointStore, emit: EmitFn,
-                 on_failure: Callable[[BaseException], None] | None = None) -> None:
+                 on_failure: Callable[[BaseException], None] | None = None,
+                 journal: RunJournal | None = None) -> None:
         self.store = store
+        self.journal = journal
         self.emit = emit
         self.on_failure = on_failure
         self.stored = 0  # records committed by this recorder
@@ -78,22 +88,25 @@ class Recorder:
         return self._error
 
     def submit(self, records: list[Record], events: list[Event], trace: list[tuple] | None = None) -> None:
-        """Queue outcomes (and their trace rows, store/trace.py) to be stored, then reported; dropped once a
-        write failed."""
+        """Journal outcomes, then queue them (and their trace rows, store/trace.py) to be stored, then
+        reported; once a write failed, only journaled."""
+        seq = 0
+        if records and self.journal is not None:
+            seq = self.journal.outcomes(records, trace)
         if self._error is None and (records or events or trace):
-            self._queue.put((records, events, trace))
+            self._queue.put((records, events, trace, seq))
 
     def flush(self) -> None:
         """Block until everything submitted so far is stored and reported (or dropped: see ``error``)."""
         done = threading.Event()
-        self._queue.put((_FLUSH, done, None))
+        self._queue.put((_FLUSH, done, None, 0))
         self._hurry.set()
         done.wait()
 
     def close(self) -> None:
         if self._thread.is_alive():
             self.flush()
-            self._queue.put((_STOP, None, None))
+            self._queue.put((_STOP, None, None, 0))
             self._hurry.set()
             self._thread.join()
 
@@ -112,8 +125,10 @@ class Recorder:
             stop = False
             item = self._queue.get()
             started = time.monotonic()
+            last_seq = 0  # the last journaled batch of this commit
             while True:
-                first, second, rows = item
+                first, second, rows, seq = item
+                last_seq = seq or last_seq
                 if first is _FLUSH:
                     waiters.append(second)
                 elif first is _STOP:
@@ -129,7 +144,7 @@ class Recorder:
                     break
             if self._error is None:
                 try:
-                    self._write(records, events, trace)
+                    self._write(records, events, trace, last_seq)
                     unchecked += len(records)
                     if unchecked >= CHECKPOINT_EVERY_RECORDS and not waiters and not stop and self._queue.empty():
                         unchecked = 0
@@ -153,7 +168,7 @@ class Recorder:
             except Exception:  # noqa: BLE001 - the error stays recorded for the runner either way
                 pass
 
-    def _write(self, records: list[Record], events: list[Event], trace: list[tuple]) -> None:
+    def _write(self, records: list[Record], events: list[Event], trace: list[tuple], seq: int = 0) -> None:
         if records or trace:
             while True:
                 try:
@@ -169,6 +184,8 @@ class Recorder:
                     events = [_as_unstorable_event(event, bad, message) for event in events]
                     trace = [_as_unstorable(row, bad, message) for row in trace]
             self.stored += len(records)
+            if seq and self.journal is not None:
+                self.journal.committed(seq, self.stored)
             for rec in records:
                 tally = self.stored_by_stage.get(rec.stage)
                 if tally is None:

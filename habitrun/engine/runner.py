@@ -22,6 +22,7 @@ from habitrun.engine.event_stream import EventStream, Observer
 from habitrun.engine.events import CheckpointCleared, RunFinished, RunStarted, RunWarning, Stopping
 from habitrun.engine.planning import StagePlanner
 from habitrun.engine.recorder import Recorder
+from habitrun.engine.recovering import recover
 from habitrun.engine.run_summary import FailureLine, RunSummary, StageCounts
 from habitrun.engine.selection import stages_for, unknown_ids
 from habitrun.engine.signals import exit_code_for, signal_name, stop_on_signals
@@ -37,10 +38,12 @@ from habitrun.spec.loader import LoadedRecipe
 from habitrun.spec.recipe import StageSpec
 from habitrun.spec.subjects import SubjectRow, load_subjects, rows_by_id
 from habitrun.store.checkpoint import CheckpointStore
-from habitrun.store.folders import ensure_folder
+from habitrun.store.folders import ensure_folder, folder_error
 from habitrun.store.guard import empty_store_file
+from habitrun.store.journal import JOURNAL_FILE, RunJournal, read_journal
 from habitrun.store.lock import StoreLock
 from habitrun.store.provenance import collect_provenance
+from habitrun.store.recovery import journal_store_dir, settle
 from habitrun.store.runs import RESERVE_BYTES, RunFolder
 
 __all__ = ["GROUP_FILE_NAME", "FailureLine", "RunSummary", "StageCounts", "lock_path_for", "run_study"]
@@ -66,6 +69,7 @@ def run_study(
     only_stage: str | None = None,
     record_noop: bool = False,
     rerun: Sequence[str] = (),
+    accept_loss: bool = False,
 ) -> RunSummary:
     """Run (or resume) a study to the end, or until stopped; never raises for a subject's failure.
 
@@ -78,6 +82,8 @@ def run_study(
     ``only_stage`` runs that stage and the stages it needs (transitively).
     A run that finds nothing to do writes no run folder unless ``record_noop``.
     ``observer`` gets every event (engine/events.py) as it is written.
+    ``accept_loss``: go on when records earlier runs committed are lost from the store and
+    their journals cannot restore them (engine/recovering.py); else LostRecordsError (exit 2).
     """
     subjects = load_subjects(loaded)
     selected = stages_for(loaded, only_stage)
@@ -91,13 +97,18 @@ def run_study(
         store = CheckpointStore.open(store_dir)
         store.set_roots(loaded.run_root(), loaded.root)
         store.verify_rows = True  # a run plans each stage with every stored result checked
+        settled: list[Path] = []  # journals to delete once the store is closed cleanly
+        runner: StudyRunner | None = None
         try:
+            recovery, restored = recover(store, loaded.run_root(), accept_loss=accept_loss)
+            settled = recovery.journals
             runner = StudyRunner(loaded, subjects, store, stop, observer=observer, argv=list(argv),
                                  resumed_from=resumed_from, source_path=source_path or loaded.path)
             if empty:
                 runner.warnings.append(empty)
             if store.damage is not None:
                 runner.warnings.append(store.damage.summary(store_dir))
+            runner.warnings.extend(restored)
             runner.selected = selected
             if not runner.prepare(frozenset(rerun)) and not record_noop:
                 return runner.noop_summary()  # nothing will import an operator: no need to wait for the check
@@ -108,7 +119,10 @@ def run_study(
                     return runner.run()
             return runner.run()
         finally:
-            store.close()
+            if runner is not None and runner.journal_complete():
+                settled.append(runner.journal.path)
+            if store.close():  # everything committed is in the database file: the journals are settled
+                settle(settled)
 
 
 def _wait_for(preflight: Callable[[], None] | None, backends: BackendPool) -> None:
@@ -144,6 +158,7 @@ class StudyRunner:
         self.inputs: StageInputs
         self.recorder: Recorder
         self.run: RunFolder
+        self.journal: RunJournal | None = None
         self.counts: dict[str, StageCounts] = {}
         self.failures: list[FailureLine] = []
         self.group_results: dict[str, Any] = {}
@@ -214,8 +229,10 @@ class StudyRunner:
                                     subjects=len(self.subjects), stages=[s.name for s in self.selected],
                                     user=_user(), resumed_from=resumed))
         started = time.monotonic()
+        self.journal = self.open_journal()
         self.recorder = Recorder(self.store, self.events.emit_many,
-                                 on_failure=lambda exc: self.write_failure.note(self.store.directory, exc))
+                                 on_failure=lambda exc: self.write_failure.note(self.store.directory, exc),
+                                 journal=self.journal)
         self.inputs = StageInputs(rows=rows_by_id(self.subjects), plans=self.plans,
                                   run_root=self.run_root, run=self.run,
                                   read=lambda need, keys: read_results(self, need, keys))
@@ -254,6 +271,33 @@ class StudyRunner:
         self.events.attach(self.run)
         self.write_found_subjects()
         return resumed
+
+    def open_journal(self) -> RunJournal:
+        """The run's journal (store/journal.py): what it receives is kept there before it is stored."""
+        path = self.run.path / JOURNAL_FILE
+        try:
+            return RunJournal(path, self.run.run_id, journal_store_dir(self.run_root, self.store.directory),
+                              on_error=lambda exc: self.write_failure.note(self.run.path, exc))
+        except OSError as exc:
+            raise folder_error(self.run.path, exc, doing="write the run's journal in") from None
+
+    def journal_complete(self) -> bool:
+        """Whether every outcome the journal holds was committed (it can be settled with the store)."""
+        journal = self.journal
+        if journal is None:
+            return False
+        journal.close()
+        return not journal.broken and getattr(self, "recorder", None) is not None and self.recorder.error is None
+
+    def journal_kept(self) -> int:
+        """Outcomes the journal holds (with their results) that the store did not commit."""
+        if self.journal is None or self.journal.broken:
+            return 0
+        self.recorder.close()
+        content = read_journal(self.journal.path)
+        if content is None:
+            return 0
+        return sum(len(b.rows) for b in content.batches if b.seq > content.committed_seq)
 
     def write_found_subjects(self) -> None:
         """Subjects found on disk: the table this run used goes into its folder."""
@@ -327,7 +371,7 @@ class StudyRunner:
         """A write failed: record what can still be recorded, then the run-level error (exit 2)."""
         if self.write_failure:
             raise self.write_failure.end_run(self.run, self.counts, self.recorder.stored, started,
-                                             self.store.directory)
+                                             self.store.directory, kept=self.journal_kept())
 
     def outcome(self) -> tuple[str, int]:
         if self.stop.is_set() and not (self.stop.reason or "").startswith("fail_fast"):
@@ -348,6 +392,8 @@ class StudyRunner:
             if self.recipe.stage_policy(stage.name).clear_checkpoint_on_success:
                 plan = self.plans.get(stage.name)
                 if plan is not None:
+                    if self.journal is not None:  # removed on purpose: not a lost commit
+                        self.journal.forgotten(list(plan.keys.values()))
                     removed = self.store.discard(plan.keys.values())
                     self.events.emit(CheckpointCleared(stage=stage.name, records=removed,
                                                        retried=len(self.retried.get(stage.name, ()))))

@@ -37,12 +37,14 @@ class WriteFailure:
             self.stop.set(f"cannot write {folder}: {reason(exc)}", hard=True)
 
     def end_run(self, run: RunFolder, counts: dict[str, Any], stored: int, started: float,
-                store_dir: Path) -> StoreWriteError:
+                store_dir: Path, kept: int = 0) -> StoreWriteError:
         """Record how the run ended, in the space its folder set aside; the run-level error to raise.
 
         The outcome is ``disk_full`` (no space, or over quota) or ``unwritable`` (anything
         else), with the folder and the reason in the summary: `status` shows it as a stop
         that `resume` continues, not as a runner that died.
+        ``kept``: outcomes received and not stored, kept in the run's journal (the next run
+        stores them without running their subjects again).
         """
         assert self.first is not None
         folder, exc = self.first
@@ -63,8 +65,10 @@ class WriteFailure:
         what = "the checkpoint store" if folder == store_dir else "the run folder"
         return StoreWriteError(
             f"cannot write {what} at {folder}: {reason(exc)}. The run stopped at the first write that "
-            f"failed; {stored} result(s) of this run were stored before it and stay readable. "
-            "Free space there (or set run_dir / policy.checkpoint_dir to another disk), then continue with:",
+            f"failed; {stored} result(s) of this run were stored before it and stay readable"
+            + (f", and {kept} more are kept in the run's journal (stored by `resume` without running their "
+               "subjects again)" if kept else "")
+            + ". Free space there (or set run_dir / policy.checkpoint_dir to another disk), then continue with:",
             folder=folder,
         )
 

@@ -163,7 +163,9 @@ class CheckpointStore(StoreQueries):
         store.format_version = STORE_VERSION
         return store
 
-    def close(self) -> None:
+    def close(self) -> bool:
+        """Close; True when a writer left everything committed in the database file itself (the
+        write-ahead log emptied): what lets run journals be settled (store/recovery.py)."""
         self.end_prefetch()
         if self._cache is not None:
             # A clean close: the log moved into the file and emptied, then sealed: the next
@@ -172,8 +174,9 @@ class CheckpointStore(StoreQueries):
             self._cache.close()
             if emptied:
                 write_seal(self.directory / DB_NAME)
-        else:
-            self._ro_con.close()
+            return emptied
+        self._ro_con.close()
+        return False
 
     def __enter__(self) -> CheckpointStore:
         return self

@@ -89,8 +89,15 @@ def write_transaction(cache: diskcache.Cache) -> Iterator[tuple[Callable, Callab
 
 
 def holds_results(con: sqlite3.Connection) -> bool:
-    """Whether the Cache table holds any row (large results, or a format-1 store's)."""
-    return con.execute(f"SELECT 1 FROM {CACHE_TABLE} LIMIT 1").fetchone() is not None
+    """Whether the Cache table holds any row (large results, or a format-1 store's); False when
+    there is no such table (a store whose creation was cut short, or lost from its log: diskcache
+    makes it after habitrun's tables, and a writer's open makes it again)."""
+    try:
+        return con.execute(f"SELECT 1 FROM {CACHE_TABLE} LIMIT 1").fetchone() is not None
+    except sqlite3.OperationalError:
+        if con.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (CACHE_TABLE,)).fetchone():
+            raise
+        return False
 
 
 def replace_results(con: sqlite3.Connection, sql: Callable, keys: list[str], spilled: dict[str, Stored],

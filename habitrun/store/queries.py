@@ -145,6 +145,15 @@ class StoreQueries:
         )
         return {row[0]: state_of(row) for row in rows}
 
+    def written_times(self, keys: Sequence[str]) -> dict[str, float]:
+        """key -> when its record was written, for the given keys that are stored (one query):
+        what a run journal is compared with (:mod:`habitrun.store.recovery`)."""
+        if not keys:
+            return {}
+        rows = self._query(f"SELECT key, written_at FROM {RECORDS} WHERE key IN {KEYS_PARAM}",
+                           (json.dumps(list(keys)),))
+        return {key: float(at) for key, at in rows}
+
     def stage_outcomes(self, stage: str, prefix: str = "") -> tuple[set[str], set[str]]:
         """(done, failed) keys of ``stage``: the planner's fast path.
 

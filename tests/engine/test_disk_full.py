@@ -213,3 +213,52 @@ def test_the_end_of_a_run_is_recorded_on_a_disk_with_not_one_byte_left(tmp_path:
                                                           "reason": "No space left on device (errno 28)"}
         assert json.loads(lines[-1])["event"] == "run_finished" and json.loads(lines[-1])["outcome"] == "disk_full"
         assert not (disk / "hr" / RESERVE_FILE).exists()  # spent; the next run sets it aside again
+
+
+SMALL = textwrap.dedent('''
+    import os
+    import time
+
+
+    def small(subject, marker_dir):
+        with open(os.path.join(marker_dir, subject.id), "a") as fh:
+            fh.write("start\\n")
+        time.sleep(0.02)
+        return subject.id + "y" * 20_000  # kept in the record's row (and in the run's journal)
+''')
+
+
+@pytest.mark.timeout(180)
+def test_outcomes_the_full_store_refused_are_kept_and_stored_by_resume_without_running_again(tmp_path: Path) -> None:
+    """The store's disk fills; the run folder has room: what the runner received and could not
+    commit is counted in the message and stored by `resume` from the run's journal."""
+    study, markers = tmp_path / "study", tmp_path / "markers"
+    study.mkdir()
+    markers.mkdir()
+    (study / "ops.py").write_text(SMALL)
+    (study / "subjects.csv").write_text("subject_id\n" + "".join(f"S{i:03d}\n" for i in range(300)))
+    with small_tmpfs(tmp_path / "disk", "2m") as disk:
+        (study / "recipe.yaml").write_text(json.dumps({
+            "habitrun": 1, "name": "store-full", "subjects": {"manifest": "subjects.csv"},
+            "policy": {"backend": "process", "workers": 2, "subject_timeout_sec": 60,
+                       "checkpoint_dir": str(disk / "store")},
+            "stages": [{"name": "small", "operator": "ops:small", "params": {"marker_dir": str(markers)}}],
+        }))
+        done = run_cli("run", "recipe.yaml", cwd=study)
+        assert done.returncode == 2, done.stdout + done.stderr
+        message = " ".join(done.stderr.split())
+        assert f"cannot write the checkpoint store at {disk / 'store'}" in message, message
+        stored = int(message.split(" result(s) of this run were stored")[0].rsplit(" ", 1)[1])
+        kept = int(message.split(" more are kept in the run's journal")[0].rsplit(" ", 1)[1]) \
+            if "kept in the run's journal" in message else 0
+        ran = {f.name: f.read_text().count("start") for f in markers.iterdir()}
+        assert sum(ran.values()) <= stored + kept + 2 * 2, (ran, stored, kept)  # at most what two workers ran on
+
+        subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True, timeout=30)
+        resumed = run_cli("resume", "recipe.yaml", "-q", cwd=study)
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        if kept:
+            assert f"{kept} outcome(s) run" in " ".join(resumed.stdout.split()), resumed.stdout
+        again = {f.name: f.read_text().count("start") for f in markers.iterdir()}
+        repeated = sum(n - 1 for n in again.values())
+        assert len(again) == 300 and repeated <= 2, f"{repeated} subject(s) ran twice (stored {stored}, kept {kept})"

@@ -92,3 +92,15 @@ def test_the_beacon_is_shared_under_every_start_method(make_backend, tasks, star
     got = run(b, op("act"), tasks(*fields))
     assert len(got) == 151
     assert {s: o.kind for s, o in got.items() if not o.ok} == {"S60": "worker_died", "S100": "timeout"}
+
+
+@pytest.mark.timeout(60)
+def test_a_longer_subject_s_success_is_sent_at_once_even_with_runs_queued(make_backend, tasks):
+    # 20 ms subjects on one worker are queued ahead (depth 7), yet each success goes at once:
+    # a held reply would die with a SIGKILLed runner and its subject would run again.
+    b = make_backend(workers=1)
+    batches: list[int] = []
+    b.run_tasks(op("act"), tasks(*[{"do": "sleep", "sec": 0.02}] * 40), lambda batch: batches.append(len(batch)),
+                StopFlag())
+    assert sum(batches) == 40
+    assert len(batches) >= 30, f"replies arrived together: {batches}"  # held, they would come ~5 to a write

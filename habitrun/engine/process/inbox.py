@@ -40,6 +40,7 @@ class Inbox:
         self._items: deque[tuple[Any, ...]] = deque()
         self.retired = False
         self.leaving = False
+        self.runner_gone = False  # end of file from the runner: start nothing more
         threading.Thread(target=self._read, name="habitrun-inbox", daemon=True).start()
 
     # ------------------------------------------------------------ main loop side
@@ -83,6 +84,7 @@ class Inbox:
                 frames = None
             if frames is None:
                 if not self.leaving:
+                    self.runner_gone = True
                     self.on_runner_gone()  # the runner is gone: take everything we started with us
                 return
             if not self._handle(frames):

@@ -9,6 +9,11 @@ those at once). A timer thread sends held replies on time even while the
 next subject is still running. The runner learns what is running from the
 worker's beacon, not from the replies, so holding costs neither timeout
 accuracy nor death attribution.
+
+Only short subjects' replies are held (``HOLD_MAX_SUBJECT_SEC`` in the worker): a
+held reply is lost with a SIGKILLed runner and its subject runs again, which is
+cheap for a subject of a few milliseconds and not for a longer one, whose write
+is a negligible share of its time anyway.
 """
 
 from __future__ import annotations
