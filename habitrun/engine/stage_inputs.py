@@ -11,18 +11,28 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from habitrun.engine.contract import SubjectTask, new_task
 from habitrun.planner.plan import GROUP_SUBJECT, StagePlan
 from habitrun.spec.recipe import StageSpec
 from habitrun.spec.subjects import SubjectRow
-from habitrun.store.runs import RunFolder, key_folder, work_dir
+from habitrun.store.runs import key_folder, work_dir
 
 GROUP_FILE_NAME = "_stage"  # log/work folder name of a collect or train stage's single task
 RESULT_BATCH = 256  # subjects whose upstream results are fetched from the store at once
 
 ReadResults = Callable[[str, list[str]], dict[str, Any]]  # (stage, keys) -> {key: result}
+
+
+class LogFolders(Protocol):
+    """Where tasks' logs go: a run's :class:`~habitrun.store.runs.RunFolder` (or `habitrun debug`'s, never written)."""
+
+    def stage_log_dir(self, stage: str) -> Path: ...
+
+    def subject_log(self, stage: str, safe: str) -> Path: ...
+
+    def stage_dir(self, stage: str) -> Path: ...
 
 
 def group_workdir(run_root: Path, stage: str, key: str) -> Path:
@@ -34,7 +44,7 @@ class StageInputs:
     """Builds a stage's tasks from the subjects, the plans made so far and the stored results."""
 
     def __init__(self, *, rows: Mapping[str, SubjectRow], plans: Mapping[str, StagePlan], run_root: Path,
-                 run: RunFolder, read: ReadResults) -> None:
+                 run: LogFolders, read: ReadResults) -> None:
         self.rows = rows
         self.plans = plans
         self.run_root = run_root
