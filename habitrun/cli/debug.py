@@ -16,8 +16,11 @@ from __future__ import annotations
 
 import difflib
 import pdb
+import signal
 import sys
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Optional
@@ -30,7 +33,7 @@ from habitrun.cli.app import app, err_console
 from habitrun.cli.text import esc
 from habitrun.engine.debug_subject import Attempt, SubjectDebugger, stages_to_debug
 from habitrun.engine.runner import lock_path_for
-from habitrun.errors import EXIT_FAILED_SUBJECTS, UsageError
+from habitrun.errors import EXIT_FAILED_SUBJECTS, EXIT_INTERRUPTED, HabitrunError, UsageError
 from habitrun.spec.loader import LoadedRecipe, load_recipe
 from habitrun.spec.subjects import load_subjects, rows_by_id, subject_ids
 from habitrun.store.checkpoint import CheckpointStore
@@ -72,6 +75,17 @@ def _user_frames(tb: TracebackType | None) -> TracebackType | None:
     return tb
 
 
+@contextmanager
+def interruptible() -> Iterator[None]:
+    """Ctrl-C as in plain Python while the operator (or pdb) runs: a KeyboardInterrupt where it is, not the CLI's
+    immediate exit (cli/entry.py), so a hung subject shows its traceback and pdb keeps its own Ctrl-C."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def _shown(result: Any) -> str:
     text = repr(result)
     return text if len(text) <= RESULT_SHOWN_CHARS else text[:RESULT_SHOWN_CHARS] + " ..."
@@ -84,7 +98,8 @@ def _failed(attempt: Attempt, exc: BaseException, *, post_mortem: bool) -> None:
     traceback.print_exception(type(exc), exc, tb, file=sys.stderr)
     sys.stderr.flush()
     line = traceback.format_exception_only(type(exc), exc)[-1].strip().splitlines()
-    err_console.print(f"[bold red]failed:[/] stage {esc(attempt.stage.name)}, subject {esc(attempt.task.subject_id)}: "
+    verdict = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+    err_console.print(f"[bold red]{verdict}:[/] stage {esc(attempt.stage.name)}, subject {esc(attempt.task.subject_id)}: "
                       f"{esc(line[0] if line else type(exc).__name__)}", highlight=False)
     if post_mortem:
         err_console.print("entering the debugger at the exception (q quits)", highlight=False)
@@ -111,7 +126,8 @@ def debug(
     folders and keys are a run's. Exit 0: every stage succeeded; 1: the
     operator raised (its traceback is printed; --pdb stops there); 2: bad
     recipe, unknown subject or stage, a needed result not stored, or a
-    collect/train stage asked for.
+    collect/train stage asked for; 130: Ctrl-C (the operator's traceback
+    printed, --pdb stops there too).
     """
     loaded = load_recipe(recipe, tuple(overrides or ()))
     subjects = load_subjects(loaded)
@@ -121,9 +137,9 @@ def debug(
         hint = f"; did you mean {', '.join(near)}?" if near else ""
         raise UsageError(f"no subject {subject!r} in {loaded.path} ({len(subjects)} subjects){hint}")
     stages = stages_to_debug(loaded, stage, _close)
-    out_console = Console(highlight=False, soft_wrap=True)
     if not stages:
         raise UsageError(f"{loaded.path} has no map stage: `habitrun debug` runs one subject's map stages")
+    out_console = Console(highlight=False, soft_wrap=True)
     lock = StoreLock(lock_path_for(loaded.store_dir())) if store_results else None
     if lock is not None:
         lock.acquire()  # a run going on: refused now (exit 2), not after the subject ran
@@ -133,14 +149,20 @@ def debug(
         debugger = SubjectDebugger(loaded, subjects, row, store, stages)
         for chosen in stages:
             attempt = debugger.attempt(chosen)
-            bound = debugger.bind(chosen)
-            err_console.print(f"debug: stage {esc(chosen.name)}, subject {esc(row.id)} (plan: "
-                              f"{attempt.status.value}); work folder {esc(attempt.task.workdir)}", highlight=False)
-            try:
-                result, took = debugger.call(bound, attempt)
-            except (Exception, SystemExit) as exc:  # the operator's: reported as such, never as habitrun's
-                _failed(attempt, exc, post_mortem=post_mortem)
-                raise typer.Exit(EXIT_FAILED_SUBJECTS) from None
+            with interruptible():
+                try:
+                    err_console.print(f"debug: stage {esc(chosen.name)}, subject {esc(row.id)} (plan: "
+                                      f"{attempt.status.value}); work folder {esc(attempt.task.workdir)}",
+                                      highlight=False)  # said once Ctrl-C reaches the operator as it would
+                    result, took = debugger.call(debugger.bind(chosen), attempt)
+                except HabitrunError:  # the operator could not be imported: the recipe's error (exit 2)
+                    raise
+                except KeyboardInterrupt as exc:  # a hung subject: where it was is worth seeing
+                    _failed(attempt, exc, post_mortem=post_mortem)
+                    raise typer.Exit(EXIT_INTERRUPTED) from None
+                except (Exception, SystemExit) as exc:  # the operator's: reported as such, never as habitrun's
+                    _failed(attempt, exc, post_mortem=post_mortem)
+                    raise typer.Exit(EXIT_FAILED_SUBJECTS) from None
             sys.stdout.flush()
             err_console.print(f"[green]done:[/] stage {esc(chosen.name)}, subject {esc(row.id)} in {took:.3f} s",
                               highlight=False)

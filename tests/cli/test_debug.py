@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -33,6 +34,15 @@ OPS = textwrap.dedent('''
             spacing_mm = size * 7
             raise ValueError(f"spacing must be positive, got {-spacing_mm}")
         return size * 2
+
+
+    def hang(subject):
+        import time
+
+        waited_sec = 0
+        while True:
+            time.sleep(0.05)
+            waited_sec += 1
 
 
     def table(collection):
@@ -139,8 +149,8 @@ def test_pdb_stops_in_the_operators_frame(tmp_path: Path) -> None:
     try:
         child.expect(r"\(Pdb\) ")
         shown = child.before
-        assert "ops.py" in shown and "features()" in shown  # the frame where it was raised
-        assert 'raise ValueError(f"spacing must be positive' in shown  # its source line
+        assert re.search(r"> .*ops\.py\(\d+\)features\(\)", shown)  # pdb's location: the frame that raised
+        assert '-> raise ValueError(f"spacing must be positive' in shown  # its source line
         child.sendline("p spacing_mm")
         child.expect(r"\(Pdb\) ")
         assert "56.0" in child.before
@@ -163,3 +173,25 @@ def test_unknown_subject_and_stages_exit_2_with_close_matches(tmp_path: Path) ->
     assert collect.returncode == 2 and "'summary' is a collect stage" in collect.stderr
     bad = cli("debug", str(tmp_path / "nope.yaml"), "sub-001", cwd=tmp_path)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+def test_ctrl_c_on_a_hung_operator_shows_where_it_was(tmp_path: Path) -> None:
+    recipe = study(tmp_path)
+    (tmp_path / "recipe.yaml").write_text(RECIPE.replace("'ops:features'", "'ops:hang'"))
+    child = pexpect.spawn(sys.executable, ["-m", "habitrun.cli.app", "debug", str(recipe), "sub-001", "--pdb"],
+                          cwd=str(tmp_path), env={**os.environ, "TERM": "dumb"}, encoding="utf-8", timeout=30)
+    try:
+        child.expect("debug: stage features")
+        child.expect(r"\r\n")  # the whole line: the operator is being called
+        child.sendintr()
+        child.expect(r"\(Pdb\) ")
+        assert "interrupted: stage features, subject sub-001: KeyboardInterrupt" in child.before
+        assert re.search(r"> .*ops\.py\(\d+\)hang\(\)", child.before)
+        child.sendline("p waited_sec >= 0")
+        child.expect(r"\(Pdb\) ")
+        assert "True" in child.before
+        child.sendline("q")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 130
