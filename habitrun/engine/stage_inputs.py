@@ -59,7 +59,9 @@ class StageInputs:
 
     def map_tasks(self, stage: StageSpec, plan: StagePlan, to_run: list[str]) -> list[SubjectTask]:
         tasks: list[SubjectTask] = []
-        needs = list(stage.needs)
+        # A collect or train stage needed: its one result, the same for every subject.
+        shared = {need: self.need_results(need, ()) for need in stage.needs if self.plans[need].kind != "map"}
+        needs = [need for need in stage.needs if need not in shared]
         # Joined as strings: pathlib per subject costs more than dispatching it.
         work_root = os.path.join(work_dir(self.run_root, stage.name, ""), "")
         log_root = os.path.join(self.run.stage_log_dir(stage.name), "")
@@ -71,7 +73,10 @@ class StageInputs:
                 row = rows[sid]
                 safe = row.safe
                 key = stage_keys[sid]
-                append(new_task(key, sid, row.fields, {need: upstream[need][sid] for need in needs} if needs else {},
+                inputs = {need: upstream[need][sid] for need in needs} if needs else {}
+                if shared:
+                    inputs = {need: inputs[need] if need in inputs else shared[need] for need in stage.needs}
+                append(new_task(key, sid, row.fields, inputs,
                                 f"{work_root}{safe}/{key_folder(key)}", f"{log_root}{safe}.log", 1))
         return tasks
 

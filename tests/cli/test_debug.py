@@ -195,3 +195,30 @@ def test_ctrl_c_on_a_hung_operator_shows_where_it_was(tmp_path: Path) -> None:
     finally:
         child.close(force=True)
     assert child.exitstatus == 130
+
+
+def test_a_map_stage_after_a_collect_stage_gets_its_one_result(tmp_path: Path) -> None:
+    """A run gives every subject the collect stage's one result (it was a KeyError traceback); debug the same."""
+    recipe = study(tmp_path)
+    (tmp_path / "ops.py").write_text(OPS + textwrap.dedent('''
+        def scaled(subject):
+            return subject.inputs["count"] * 100 + subject.inputs["load"]["size"]
+    '''))
+    (tmp_path / "subjects.csv").write_text("subject_id,group\nsub-001,good\nsub-003,good\n")
+    (tmp_path / "recipe.yaml").write_text(RECIPE.replace("'ops:table', needs: [features]}", textwrap.dedent("""\
+        'ops:table', needs: [load]}
+          - {name: count, kind: collect, operator: 'ops:table', needs: [load]}
+          - {name: scaled, operator: 'ops:scaled', needs: [count, load]}
+    """)))
+    missing = cli("debug", str(recipe), "sub-003", "--stage", "scaled", cwd=tmp_path)
+    assert missing.returncode == 2 and "needs the result of collect stage 'count'" in missing.stderr
+    ran = cli("run", str(recipe), "-q", "--stage", "count", cwd=tmp_path)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    done = cli("debug", str(recipe), "sub-003", "--stage", "scaled", "--store", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "scaled sub-003: 208.0" in done.stdout  # 2 subjects * 100 + 8
+    assert plan_status(recipe)["scaled"] == {"sub-001": "pending", "sub-003": "done"}
+    ran = cli("run", str(recipe), "-q", cwd=tmp_path)
+    assert ran.returncode == 0 and "Traceback" not in ran.stderr, ran.stdout + ran.stderr
+    table = cli("results", str(recipe), "scaled", cwd=tmp_path)
+    assert table.stdout.count(",208.0\n") == 2, table.stdout  # the run's sub-001 and debug's stored sub-003
