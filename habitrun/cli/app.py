@@ -45,6 +45,7 @@ COMMANDS: dict[str, str] = {
     "init": "Write a small working study: recipe.yaml, data/ (found by subjects.from), clinical.csv, study_ops/.",
     "plan": "Show what a run would do, per stage: done / failed / stale / pending / forced / blocked.",
     "run": "Run every stage for every subject; subjects already stored as done are skipped.",
+    "debug": "Run one subject's map stages in this process (no workers, no timeout, output to the terminal).",
     "resume": "Finish the latest run: nothing that finished is repeated, nothing is lost.",
     "status": "Show the last run: outcome, per stage counts, each failed subject with its log file.",
     "gc": "Delete work folders and stored records that no current cache key uses (dry run by default).",

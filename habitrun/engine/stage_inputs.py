@@ -11,18 +11,28 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from habitrun.engine.contract import SubjectTask, new_task
 from habitrun.planner.plan import GROUP_SUBJECT, StagePlan
 from habitrun.spec.recipe import StageSpec
 from habitrun.spec.subjects import SubjectRow
-from habitrun.store.runs import RunFolder, key_folder, work_dir
+from habitrun.store.runs import key_folder, work_dir
 
 GROUP_FILE_NAME = "_stage"  # log/work folder name of a collect or train stage's single task
 RESULT_BATCH = 256  # subjects whose upstream results are fetched from the store at once
 
 ReadResults = Callable[[str, list[str]], dict[str, Any]]  # (stage, keys) -> {key: result}
+
+
+class LogFolders(Protocol):
+    """Where tasks' logs go: a run's :class:`~habitrun.store.runs.RunFolder` (or `habitrun debug`'s, never written)."""
+
+    def stage_log_dir(self, stage: str) -> Path: ...
+
+    def subject_log(self, stage: str, safe: str) -> Path: ...
+
+    def stage_dir(self, stage: str) -> Path: ...
 
 
 def group_workdir(run_root: Path, stage: str, key: str) -> Path:
@@ -34,7 +44,7 @@ class StageInputs:
     """Builds a stage's tasks from the subjects, the plans made so far and the stored results."""
 
     def __init__(self, *, rows: Mapping[str, SubjectRow], plans: Mapping[str, StagePlan], run_root: Path,
-                 run: RunFolder, read: ReadResults) -> None:
+                 run: LogFolders, read: ReadResults) -> None:
         self.rows = rows
         self.plans = plans
         self.run_root = run_root
@@ -49,7 +59,9 @@ class StageInputs:
 
     def map_tasks(self, stage: StageSpec, plan: StagePlan, to_run: list[str]) -> list[SubjectTask]:
         tasks: list[SubjectTask] = []
-        needs = list(stage.needs)
+        # A collect or train stage needed: its one result, the same for every subject.
+        shared = {need: self.need_results(need, ()) for need in stage.needs if self.plans[need].kind != "map"}
+        needs = [need for need in stage.needs if need not in shared]
         # Joined as strings: pathlib per subject costs more than dispatching it.
         work_root = os.path.join(work_dir(self.run_root, stage.name, ""), "")
         log_root = os.path.join(self.run.stage_log_dir(stage.name), "")
@@ -61,7 +73,10 @@ class StageInputs:
                 row = rows[sid]
                 safe = row.safe
                 key = stage_keys[sid]
-                append(new_task(key, sid, row.fields, {need: upstream[need][sid] for need in needs} if needs else {},
+                inputs = {need: upstream[need][sid] for need in needs} if needs else {}
+                if shared:
+                    inputs = {need: inputs[need] if need in inputs else shared[need] for need in stage.needs}
+                append(new_task(key, sid, row.fields, inputs,
                                 f"{work_root}{safe}/{key_folder(key)}", f"{log_root}{safe}.log", 1))
         return tasks
 
