@@ -71,6 +71,9 @@ class LazyCommands(typer.core.TyperGroup):
         order = {name: i for i, name in enumerate(COMMANDS)}
         self.commands = dict(sorted(self.commands.items(), key=lambda kv: order.get(kv[0], len(order))))
 
+    def get_params(self, ctx: typer.Context) -> list[typer.core.click.Parameter]:  # type: ignore[name-defined]
+        return plain_params(super().get_params(ctx))
+
     def get_command(self, ctx: typer.Context, cmd_name: str) -> typer.core.TyperCommand | None:  # type: ignore[override]
         cmd = self.commands.get(cmd_name)
         if isinstance(cmd, _Placeholder) and not self._listing:
@@ -95,6 +98,36 @@ class _Placeholder(typer.core.TyperCommand):
     """A command not imported yet: its name and help only."""
 
 
+class Command(typer.core.TyperCommand):
+    """Every habitrun command: its help lists flags as flags and arguments as ``RECIPE``, ``[RECIPE]``.
+
+    typer draws a boolean option as ``--json <bool>`` (as if it took a value) and an
+    argument as ``{recipe}``; people expect ``--json`` and ``RECIPE`` (git, pip, docker).
+    """
+
+    def get_params(self, ctx: typer.Context) -> list[typer.core.click.Parameter]:  # type: ignore[name-defined]
+        return plain_params(super().get_params(ctx))
+
+    def collect_usage_pieces(self, ctx: typer.Context) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if isinstance(param, typer.core.TyperArgument):
+                name = param.metavar or param.name or ""
+                shown = name if param.required else f"[{name}]"
+                pieces.append(shown + ("..." if param.nargs != 1 else ""))
+        return pieces
+
+
+def plain_params(params: list[Any]) -> list[Any]:
+    """``params`` with flags shown without a type and arguments named in capitals (their help only)."""
+    for param in params:
+        if isinstance(param, typer.core.TyperOption) and param.is_flag and param.metavar is None:
+            param.metavar = ""
+        elif isinstance(param, typer.core.TyperArgument) and param.metavar is None:
+            param.metavar = (param.name or "").upper()
+    return params
+
+
 def _import_command(name: str) -> typer.core.TyperCommand:
     """Import ``habitrun.cli.<name>`` (its ``@app.command`` registers) and build its click command."""
     with plugins_off():  # the models its modules define are built as they import (see spec/pluginsoff)
@@ -102,6 +135,7 @@ def _import_command(name: str) -> typer.core.TyperCommand:
     _end_startup_pause()
     info = next(c for c in app.registered_commands
                 if (c.name or typer.main.get_command_name(c.callback.__name__)) == name)  # type: ignore[union-attr]
+    _use_our_command(info)
     return typer.main.get_command_from_info(info, pretty_exceptions_short=app.pretty_exceptions_short,
                                             rich_markup_mode=app.rich_markup_mode)  # type: ignore[return-value]
 
@@ -111,7 +145,7 @@ app = typer.Typer(
     cls=LazyCommands,
     help="Run a study's per-subject pipeline from a YAML recipe; resume it after any crash.",
     no_args_is_help=True,
-    add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
     pretty_exceptions_enable=False,
 )
 
@@ -142,7 +176,7 @@ def _print_version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", help="Print habitrun's version and exit.",
+    version: bool = typer.Option(False, "--version", "-V", help="Print habitrun's version and exit.",
                                  callback=_print_version, is_eager=True),
 ) -> None:
     """Run a study's per-subject pipeline from a YAML recipe; resume it after any crash."""
@@ -152,7 +186,15 @@ def load_commands() -> typer.Typer:
     """Import every command module so its ``@app.command`` registers (the CLI itself imports only the one it runs)."""
     for name in COMMAND_MODULES:
         importlib.import_module(f"habitrun.cli.{name}")
+    for info in app.registered_commands:
+        _use_our_command(info)
     return app
+
+
+def _use_our_command(info: typer.models.CommandInfo) -> None:
+    """Build the command as a :class:`Command` (typer's default class is recorded as the one given)."""
+    if info.cls in (None, typer.core.TyperCommand):
+        info.cls = Command
 
 
 def report_error(exc: HabitrunError) -> int:
