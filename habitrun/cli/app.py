@@ -211,11 +211,11 @@ def early_recipe(argv: list[str]) -> Path | None:
     """The recipe file a `run`, `resume` or `validate` command line names, found without parsing it fully."""
     if not argv or argv[0] not in ("run", "resume", "validate"):
         return None
+    from habitrun.cli.findrecipe import is_override, search_upward
+
     given = next((a for a in argv[1:] if not a.startswith("-")), None)
-    if given is None or "=" in given:
-        given = "recipe.yaml" if argv[0] == "resume" else None
-    if given is None:
-        return None
+    if given is None or is_override(given):  # left out: found as the command will find it
+        return search_upward()[0]
     path = Path(given)
     if path.is_dir():
         path = path / "recipe.yaml"

@@ -17,10 +17,12 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Optional
 
 import typer
 
 from habitrun.cli.app import app
+from habitrun.cli.findrecipe import recipe_and_overrides
 from habitrun.cli.plan import make_console
 from habitrun.cli.text import esc
 from habitrun.engine.runner import GROUP_FILE_NAME, lock_path_for
@@ -103,12 +105,13 @@ def _collect(loaded: LoadedRecipe, store: CheckpointStore | None) -> tuple[list,
 
 @app.command()
 def gc(
-    recipe: Path = typer.Argument(Path("recipe.yaml"), help="The recipe file (default: ./recipe.yaml)."),
+    recipe_word: Optional[str] = typer.Argument(None, metavar="RECIPE", help="The recipe file (default: recipe.yaml here or in the nearest parent folder)."),  # noqa: UP045
     overrides: list[str] = typer.Argument(None, help="Overrides, as for `run`: the keys they give are current."),
     yes: bool = typer.Option(False, "--yes", "--delete", help="Delete (without it: only list what would go)."),
     show: int = typer.Option(10, "--show", help="Work folders listed (0: all)."),
 ) -> None:
     """Delete work folders and stored records that no current cache key uses (dry run by default)."""
+    recipe, overrides = recipe_and_overrides(recipe_word, overrides)
     loaded = load_recipe(recipe, tuple(overrides or ()))
     console = make_console()
     store_dir = loaded.store_dir()

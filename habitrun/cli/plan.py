@@ -14,14 +14,14 @@ from __future__ import annotations
 import json
 import shlex
 from collections import defaultdict
-from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
 
 from habitrun.cli.app import app, err_console
 from habitrun.cli.busy import in_progress_text, store_user
+from habitrun.cli.findrecipe import recipe_and_overrides
 from habitrun.cli.longtable import Cell, print_table
 from habitrun.cli.subjects_text import subjects_lines
 from habitrun.cli.text import esc
@@ -179,7 +179,7 @@ def plan_json(loaded: LoadedRecipe, plan: Plan, store: CheckpointStore | None,
 
 @app.command()
 def plan(
-    recipe: Path = typer.Argument(Path("recipe.yaml"), help="The recipe file (default: ./recipe.yaml)."),
+    recipe_word: Optional[str] = typer.Argument(None, metavar="RECIPE", help="The recipe file (default: recipe.yaml here or in the nearest parent folder)."),  # noqa: UP045
     overrides: list[str] = typer.Argument(None, help="Overrides like stages.features.params.bins=64."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON (every subject's status)."),
     reason: bool = typer.Option(False, "--reason", help="Say for each subject that is not done why."),
@@ -189,6 +189,7 @@ def plan(
                                 "(large ones are always checked when their file changed)."),
 ) -> None:
     """Show what a run would do, per stage: done / failed / stale / pending / forced / blocked."""
+    recipe, overrides = recipe_and_overrides(recipe_word, overrides)
     loaded = load_recipe(recipe, (*(overrides or ()), *(("policy.retry_failed_subjects=true",) if retry_failed else ())))
     subjects, store = subjects_and_store(loaded, lambda: open_existing_store(loaded, verify=verify))
     try:

@@ -14,13 +14,14 @@ import os
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
 
 from habitrun.cli.app import app, err_console
 from habitrun.cli.busy import in_progress_text, is_run, killed_before_folder, store_user
+from habitrun.cli.findrecipe import given_or_found
 from habitrun.cli.longtable import Cell, print_table
 from habitrun.cli.plan import (
     make_console,
@@ -253,7 +254,7 @@ def gather(loaded: LoadedRecipe, run: RunFolder, *, verify: bool) -> Shown:
 
 @app.command()
 def status(
-    target: Path = typer.Argument(Path("recipe.yaml"), help="A recipe file or a run folder (default: ./recipe.yaml)."),
+    target_given: Optional[Path] = typer.Argument(None, metavar="TARGET", help="A recipe file or a run folder (default: recipe.yaml here or in the nearest parent folder)."),  # noqa: UP045
     as_json: bool = typer.Option(False, "--json", help="Print the status as JSON."),
     show_all: bool = typer.Option(False, "--all", help=f"List every failure (default: the first {MAX_FAILURES_SHOWN})."),
     verify: bool = typer.Option(False, "--verify", help="Check every stored result against its checksum."),
@@ -264,6 +265,7 @@ def status(
     interrupted, stopped or did not finish, or there is no run to show, 2 when
     the recipe or store cannot be read.
     """
+    target = given_or_found(target_given)
     loaded, run = locate(target)
     console = make_console()
     if run is None:

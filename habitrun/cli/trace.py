@@ -14,6 +14,7 @@ from typing import Optional
 import typer
 
 from habitrun.cli.app import app, err_console
+from habitrun.cli.findrecipe import given_or_found
 from habitrun.cli.tables import write_table
 from habitrun.cli.text import esc
 from habitrun.errors import UsageError
@@ -41,13 +42,13 @@ def pick_run(loaded: LoadedRecipe, run_id: str | None) -> str | None:
 
 @app.command()
 def trace(
-    recipe: Path = typer.Argument(..., help="The study's recipe YAML."),
+    recipe: Optional[Path] = typer.Argument(None, metavar="RECIPE", help="The recipe file (default: recipe.yaml here or in the nearest parent folder)."),  # noqa: UP045
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="File to write: .csv .tsv .jsonl .parquet (default: CSV on stdout)."),  # noqa: UP045
     stage: Optional[str] = typer.Option(None, "--stage", help="Only this stage's attempts."),  # noqa: UP045
     run: Optional[str] = typer.Option(None, "--run", help="A run id (default: the latest run; 'all': every run)."),  # noqa: UP045
 ) -> None:
     """Write one row per subject attempt: outcome, times, CPU, peak memory, I/O, worker, host, GPU."""
-    loaded = load_recipe(recipe)
+    loaded = load_recipe(given_or_found(recipe))
     if stage is not None and stage not in {s.name for s in loaded.recipe.stages}:
         raise UsageError(f"the recipe has no stage {stage!r}; its stages are: "
                          f"{', '.join(s.name for s in loaded.recipe.stages)}")
