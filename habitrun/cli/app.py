@@ -17,9 +17,10 @@ if __name__ == "__main__":  # `python -m habitrun.cli.app`: stop signals are han
 
 import gc
 import importlib
+import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 import typer.core
@@ -145,6 +146,7 @@ app = typer.Typer(
     cls=LazyCommands,
     help="Run a study's per-subject pipeline from a YAML recipe; resume it after any crash.",
     no_args_is_help=True,
+    add_completion=False,  # typer's own options guess the shell from the parent process: ours take its name
     context_settings={"help_option_names": ["-h", "--help"]},
     pretty_exceptions_enable=False,
 )
@@ -174,10 +176,41 @@ def _print_version(value: bool) -> None:
         raise typer.Exit(0)
 
 
+SHELLS = ("bash", "zsh", "fish", "powershell", "pwsh")
+
+
+def _check_shell(ctx: typer.Context, value: str | None) -> str | None:
+    if value is not None and value not in SHELLS:
+        raise typer.BadParameter(f"{value!r} is not a shell habitrun completes; one of: {', '.join(SHELLS)}", ctx=ctx)
+    return value
+
+
+def _show_completion(ctx: typer.Context, param: typer.CallbackParam, value: str | None) -> None:
+    """Print the completion script for that shell (typer's), to source or to save where the shell reads it."""
+    if value is not None and not ctx.resilient_parsing:
+        from typer.completion import show_callback
+
+        show_callback(ctx, param, _check_shell(ctx, value))
+
+
+def _install_completion(ctx: typer.Context, param: typer.CallbackParam, value: str | None) -> None:
+    """Add the completion script to that shell's start-up file (typer's installer)."""
+    if value is not None and not ctx.resilient_parsing:
+        from typer.completion import install_callback
+
+        install_callback(ctx, param, _check_shell(ctx, value))
+
+
 @app.callback()
 def _root(
     version: bool = typer.Option(False, "--version", "-V", help="Print habitrun's version and exit.",
                                  callback=_print_version, is_eager=True),
+    show_completion: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--show-completion", metavar="SHELL", callback=_show_completion, is_eager=True,
+        help="Print the shell completion script for SHELL (bash, zsh, fish, powershell) and exit."),
+    install_completion: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--install-completion", metavar="SHELL", callback=_install_completion, is_eager=True,
+        help="Install shell completion for SHELL in its start-up file and exit."),
 ) -> None:
     """Run a study's per-subject pipeline from a YAML recipe; resume it after any crash."""
 
@@ -270,6 +303,10 @@ def _run_cli(argv: list[str] | None) -> None:
     args = sys.argv[1:] if argv is None else argv
     argv_command = args[0] if args else None
     entry.note_command(argv_command if argv_command in COMMANDS else None)
+    if os.environ.get("_HABITRUN_COMPLETE"):  # the shell asks for completions (see --show-completion)
+        from typer.completion import completion_init
+
+        completion_init()  # typer's shell classes (add_completion=False does not register them)
     recipe = early_recipe(args)
     if recipe is not None:
         from habitrun.spec.opcheck import start_early

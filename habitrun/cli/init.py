@@ -9,6 +9,7 @@ JSON Schemas the header points to. It never overwrites a file.
 from __future__ import annotations
 
 import json
+import shlex
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -71,4 +72,5 @@ def init(
     typer.echo(f"wrote a new study in {folder}:")
     for rel in files:
         typer.echo(f"  {rel}")
-    typer.echo(f"next: habitrun validate {folder / 'recipe.yaml'}  then  habitrun run {folder / 'recipe.yaml'}")
+    recipe = str(folder / "recipe.yaml")
+    typer.echo(f"next: {shlex.join(['habitrun', 'validate', recipe])}  then  {shlex.join(['habitrun', 'run', recipe])}")

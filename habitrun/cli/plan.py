@@ -44,14 +44,17 @@ def make_console() -> Console:
     return console
 
 
-def store_notes(loaded: LoadedRecipe, store: CheckpointStore | None) -> list[str]:
-    """What is wrong with the store file (damaged, or empty): the command then exits 2."""
+def store_notes(loaded: LoadedRecipe, store: CheckpointStore | None, run_command: str) -> list[str]:
+    """What is wrong with the store file (damaged, or empty): the command then exits 2.
+
+    ``run_command`` is the exact `habitrun run ...` that fixes it (shlex-joined, not escaped).
+    """
     notes = []
     empty = empty_store_file(loaded.store_dir())
     if empty:
-        notes.append(empty + "; `habitrun run` starts a new store")
+        notes.append(empty + f"; `{run_command}` starts a new store")
     if store is not None and store.damage is not None:
-        notes.append(store.damage.summary(loaded.store_dir()) + "; `habitrun run` repairs it (keeping the damaged file)")
+        notes.append(store.damage.summary(loaded.store_dir()) + f"; `{run_command}` repairs it (keeping the damaged file)")
     return notes
 
 
@@ -194,7 +197,7 @@ def plan(
     subjects, store = subjects_and_store(loaded, lambda: open_existing_store(loaded, verify=verify))
     try:
         the_plan = plan_study(loaded, subjects, store)
-        damaged = store_notes(loaded, store)
+        damaged = store_notes(loaded, store, shlex.join(["habitrun", "run", str(recipe), *(overrides or ())]))
         busy = store_user(loaded)
         if as_json:
             data = plan_json(loaded, the_plan, store, subjects)

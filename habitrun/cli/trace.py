@@ -8,6 +8,7 @@ rows; ``--run all`` gives every run's. Nothing is written to the store.
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Optional
 
@@ -31,7 +32,8 @@ def pick_run(loaded: LoadedRecipe, run_id: str | None) -> str | None:
     if run_id is None:
         latest = latest_run(loaded.run_root())
         if latest is None:
-            raise UsageError(f"no run yet for {loaded.path}: run the study first (habitrun run)")
+            raise UsageError(f"no run yet for {loaded.path}: run the study first "
+                             f"({shlex.join(['habitrun', 'run', str(loaded.path)])})")
         return latest.run_id
     known = [r.run_id for r in list_runs(loaded.run_root())]
     if run_id not in known:

@@ -57,6 +57,9 @@ def test_bash_completion_script_and_completions() -> None:
     assert shown.returncode == 0
     assert "complete -o default -F _habitrun_completion habitrun" in shown.stdout
     assert "_HABITRUN_COMPLETE=complete_bash" in shown.stdout
+    assert cli("--show-completion", "zsh").stdout.startswith("#compdef habitrun")
+    wrong = cli("--show-completion", "tcsh")
+    assert wrong.returncode == 2 and "'tcsh' is not a shell habitrun completes" in wrong.stderr
     script = shutil.which("habitrun", path=str(Path(sys.executable).parent))
     assert script is not None
     env = {**ENV, "_HABITRUN_COMPLETE": "complete_bash", "COMP_WORDS": "habitrun sta", "COMP_CWORD": "1"}
@@ -112,3 +115,21 @@ def test_no_recipe_anywhere_up_to_the_repository_is_a_clear_exit_2(tmp_path: Pat
     done = cli(command, *(("a",) if command == "results" else ()), cwd=repo / "src")
     assert done.returncode == 2, done
     assert done.stderr == f"error: no recipe.yaml here or in any parent folder up to {repo}; give its path\n"
+
+
+@pytest.mark.timeout(240)
+def test_hints_print_the_exact_command_with_the_recipe_path_and_overrides(tmp_path: Path) -> None:
+    recipe = write_study(tmp_path / "my study [v2]")  # a space to quote, brackets rich would eat
+    (recipe.parent / "ops.py").write_text("def one(subject, k: int = 1):\n    return {'x': k}\n")
+    assert cli("run", "-q", str(recipe), cwd=tmp_path).returncode == 0
+    gc = cli("gc", str(recipe), "stages.a.params.k=2", cwd=tmp_path)  # the k=1 results are not current
+    assert gc.returncode == 0, gc
+    assert f"run `habitrun gc '{recipe}' stages.a.params.k=2 --yes` to delete them" in gc.stdout, gc.stdout
+    (tmp_path / "my study [v2]" / "subjects.csv").write_text("subject_id\n" + "".join(f"t{i}\n" for i in range(25)))
+    (tmp_path / "my study [v2]" / "ops.py").write_text("def one(subject):\n    raise ValueError('no')\n")
+    assert cli("run", "-q", str(recipe), cwd=tmp_path).returncode == 1
+    status = cli("status", str(recipe), cwd=tmp_path)
+    assert status.returncode == 1
+    assert f"... and 5 more (habitrun status '{recipe}' --all)" in status.stdout, status.stdout
+    init = cli("init", "new study", cwd=tmp_path)
+    assert "next: habitrun validate 'new study/recipe.yaml'  then  habitrun run 'new study/recipe.yaml'" in init.stdout
