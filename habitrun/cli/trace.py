@@ -2,13 +2,15 @@
 
 The rows come from the store's trace table (store/trace.py): what each
 attempt cost (wall and CPU seconds, peak memory, bytes read and written)
-and how it ended, with its worker, host and GPU. By default the latest run's
+and how it ended, with its worker, host and GPU. Times come twice: ISO-8601 UTC
+(``started``) for people and spreadsheets, Unix seconds (``started_at``) for arithmetic. By default the latest run's
 rows; ``--run all`` gives every run's. Nothing is written to the store.
 """
 
 from __future__ import annotations
 
 import shlex
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
 
@@ -23,6 +25,28 @@ from habitrun.planner.results import open_store
 from habitrun.spec.loader import LoadedRecipe, load_recipe
 from habitrun.store.runs import latest_run, list_runs
 from habitrun.store.trace import TRACE_COLUMNS
+
+
+# Each epoch column (Unix seconds, kept for arithmetic) gets an ISO-8601 UTC twin before it, for people
+# and spreadsheets: ``2026-12-06T02:30:01.123Z``.
+ISO_TWINS = {"queued_at": "queued", "started_at": "started", "ended_at": "ended"}
+COLUMNS: tuple[str, ...] = tuple(c for name in TRACE_COLUMNS for c in (
+    (ISO_TWINS[name], name) if name in ISO_TWINS else (name,)))
+
+
+def iso_utc(seconds: float | None) -> str | None:
+    """Unix seconds as ISO-8601 UTC to the millisecond, ``Z``-suffixed (None stays None)."""
+    if seconds is None:
+        return None
+    return datetime.fromtimestamp(seconds, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def with_iso_times(row: tuple[object, ...]) -> dict[str, object]:
+    """A stored trace row as the command writes it: the epoch columns with their ISO-8601 twins."""
+    values = dict(zip(TRACE_COLUMNS, row, strict=True))
+    for epoch, iso in ISO_TWINS.items():
+        values[iso] = iso_utc(values[epoch])  # type: ignore[arg-type]
+    return {c: values[c] for c in COLUMNS}
 
 
 def pick_run(loaded: LoadedRecipe, run_id: str | None) -> str | None:
@@ -57,6 +81,6 @@ def trace(
     run_id = pick_run(loaded, run)
     with open_store(loaded) as store:
         rows = store.trace(run_id=run_id, stage=stage)
-    write_table(output, TRACE_COLUMNS, [dict(zip(TRACE_COLUMNS, row, strict=True)) for row in rows])
+    write_table(output, COLUMNS, [with_iso_times(row) for row in rows])
     if output is not None:
         err_console.print(f"wrote {len(rows)} attempt(s) to {esc(str(output))}", highlight=False)

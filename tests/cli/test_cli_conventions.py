@@ -133,3 +133,28 @@ def test_hints_print_the_exact_command_with_the_recipe_path_and_overrides(tmp_pa
     assert f"... and 5 more (habitrun status '{recipe}' --all)" in status.stdout, status.stdout
     init = cli("init", "new study", cwd=tmp_path)
     assert "next: habitrun validate 'new study/recipe.yaml'  then  habitrun run 'new study/recipe.yaml'" in init.stdout
+
+
+@pytest.mark.timeout(120)
+def test_trace_has_iso_8601_utc_times_next_to_the_epoch_seconds(tmp_path: Path) -> None:
+    import csv
+    import io
+    import json
+    from datetime import datetime, timezone
+
+    recipe = write_study(tmp_path / "study")
+    assert cli("run", "-q", str(recipe)).returncode == 0
+    rows = list(csv.DictReader(io.StringIO(cli("trace", str(recipe)).stdout)))
+    assert len(rows) == 2
+    header = list(rows[0])
+    assert header.index("started") + 1 == header.index("started_at")
+    assert header.index("ended") + 1 == header.index("ended_at")
+    for row in rows:
+        for iso, epoch in (("queued", "queued_at"), ("started", "started_at"), ("ended", "ended_at")):
+            assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", row[iso]), row
+            parsed = datetime.strptime(row[iso], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+            assert abs(parsed.timestamp() - float(row[epoch])) < 0.001, row
+    out = tmp_path / "t.jsonl"
+    assert cli("trace", str(recipe), "-o", str(out)).returncode == 0
+    first = json.loads(out.read_text().splitlines()[0])
+    assert first["started"].endswith("Z") and isinstance(first["started_at"], float)
