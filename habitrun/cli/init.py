@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from habitrun.cli.app import app
-from habitrun.errors import RecipeError
+from habitrun.errors import RecipeError, UsageError
 from habitrun.spec.schemas import FILES, schema_text
 
 if TYPE_CHECKING:  # importlib.resources.abc is 3.11+; the annotation is all that needs it
@@ -67,8 +67,11 @@ def init(
         raise RecipeError([f"{folder}: exists and is not a folder"])
     for rel, text in files.items():
         target = folder / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text, encoding="utf-8")
+        except OSError as exc:  # a read-only or missing parent, a full disk: exit 2, never a traceback
+            raise UsageError(f"cannot write {target}: {exc.strerror or exc}") from None
     typer.echo(f"wrote a new study in {folder}:")
     for rel in files:
         typer.echo(f"  {rel}")

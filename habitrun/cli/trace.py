@@ -26,7 +26,6 @@ from habitrun.spec.loader import LoadedRecipe, load_recipe
 from habitrun.store.runs import latest_run, list_runs
 from habitrun.store.trace import TRACE_COLUMNS
 
-
 # Each epoch column (Unix seconds, kept for arithmetic) gets an ISO-8601 UTC twin before it, for people
 # and spreadsheets: ``2026-12-06T02:30:01.123Z``.
 ISO_TWINS = {"queued_at": "queued", "started_at": "started", "ended_at": "ended"}

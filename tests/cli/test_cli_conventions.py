@@ -158,3 +158,30 @@ def test_trace_has_iso_8601_utc_times_next_to_the_epoch_seconds(tmp_path: Path) 
     assert cli("trace", str(recipe), "-o", str(out)).returncode == 0
     first = json.loads(out.read_text().splitlines()[0])
     assert first["started"].endswith("Z") and isinstance(first["started_at"], float)
+
+
+@pytest.mark.timeout(240)
+def test_exit_codes_are_the_ones_the_readme_lists(tmp_path: Path) -> None:
+    recipe = write_study(tmp_path / "study")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+
+    def code(*argv: str) -> int:
+        done = cli(*argv, cwd=recipe.parent)
+        assert "Traceback" not in done.stderr, (argv, done.stderr)
+        if done.returncode == 2:
+            assert done.stderr.startswith(("error:", "Usage:")), (argv, done.stderr)
+        return done.returncode
+
+    # before any run: done (0); status has no run to show (1); asking for what is not there (2)
+    assert [code("validate"), code("plan"), code("gc"), code("schema", "-o", str(tmp_path / "s"))] == [0, 0, 0, 0]
+    assert code("status") == 1
+    assert [code("trace"), code("report"), code("results", "a")] == [2, 2, 2]
+    assert [code("schema", "-o", str(blocker / "s")), code("init", str(blocker / "new"))] == [2, 2]
+    assert code("init", str(recipe.parent)) == 2  # it would overwrite
+    assert code("run", "-q") == 0
+    assert [code("status"), code("trace"), code("report"), code("results", "a"), code("gc")] == [0, 0, 0, 0, 0]
+    assert [code("results", "nope"), code("trace", "--run", "nope"), code("trace", "--stage", "nope")] == [2, 2, 2]
+    assert code("run", "no-such.yaml") == 2 and code("validate", "policy.workers=-3") == 2
+    (recipe.parent / "ops.py").write_text("def one(subject):\n    raise ValueError('bad scan')\n")
+    assert code("run", "-q") == 1 and code("status") == 1
