@@ -30,6 +30,11 @@ def test_dash_v_is_version_and_dash_h_is_help_at_the_top() -> None:
     assert short.returncode == long.returncode == 0
     assert short.stdout == long.stdout and "Commands" in short.stdout
     assert "-V" in short.stdout and "-h" in short.stdout
+    script = shutil.which("habitrun", path=str(Path(sys.executable).parent))  # the console script, too
+    assert script is not None
+    for flag in ("-V", "-h"):
+        done = subprocess.run([script, flag], capture_output=True, text=True, timeout=60, env=ENV, check=False)
+        assert done.returncode == 0 and done.stdout == (f"habitrun {__version__}\n" if flag == "-V" else short.stdout)
 
 
 @pytest.mark.timeout(300)
