@@ -17,9 +17,10 @@ if __name__ == "__main__":  # `python -m habitrun.cli.app`: stop signals are han
 
 import gc
 import importlib
+import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 import typer.core
@@ -72,6 +73,9 @@ class LazyCommands(typer.core.TyperGroup):
         order = {name: i for i, name in enumerate(COMMANDS)}
         self.commands = dict(sorted(self.commands.items(), key=lambda kv: order.get(kv[0], len(order))))
 
+    def get_params(self, ctx: typer.Context) -> list[typer.core.click.Parameter]:  # type: ignore[name-defined]
+        return plain_params(super().get_params(ctx))
+
     def get_command(self, ctx: typer.Context, cmd_name: str) -> typer.core.TyperCommand | None:  # type: ignore[override]
         cmd = self.commands.get(cmd_name)
         if isinstance(cmd, _Placeholder) and not self._listing:
@@ -96,6 +100,36 @@ class _Placeholder(typer.core.TyperCommand):
     """A command not imported yet: its name and help only."""
 
 
+class Command(typer.core.TyperCommand):
+    """Every habitrun command: its help lists flags as flags and arguments as ``RECIPE``, ``[RECIPE]``.
+
+    typer draws a boolean option as ``--json <bool>`` (as if it took a value) and an
+    argument as ``{recipe}``; people expect ``--json`` and ``RECIPE`` (git, pip, docker).
+    """
+
+    def get_params(self, ctx: typer.Context) -> list[typer.core.click.Parameter]:  # type: ignore[name-defined]
+        return plain_params(super().get_params(ctx))
+
+    def collect_usage_pieces(self, ctx: typer.Context) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if isinstance(param, typer.core.TyperArgument):
+                name = param.metavar or param.name or ""
+                shown = name if param.required else f"[{name}]"
+                pieces.append(shown + ("..." if param.nargs != 1 else ""))
+        return pieces
+
+
+def plain_params(params: list[Any]) -> list[Any]:
+    """``params`` with flags shown without a type and arguments named in capitals (their help only)."""
+    for param in params:
+        if isinstance(param, typer.core.TyperOption) and param.is_flag and param.metavar is None:
+            param.metavar = ""
+        elif isinstance(param, typer.core.TyperArgument) and param.metavar is None:
+            param.metavar = (param.name or "").upper()
+    return params
+
+
 def _import_command(name: str) -> typer.core.TyperCommand:
     """Import ``habitrun.cli.<name>`` (its ``@app.command`` registers) and build its click command."""
     with plugins_off():  # the models its modules define are built as they import (see spec/pluginsoff)
@@ -103,6 +137,7 @@ def _import_command(name: str) -> typer.core.TyperCommand:
     _end_startup_pause()
     info = next(c for c in app.registered_commands
                 if (c.name or typer.main.get_command_name(c.callback.__name__)) == name)  # type: ignore[union-attr]
+    _use_our_command(info)
     return typer.main.get_command_from_info(info, pretty_exceptions_short=app.pretty_exceptions_short,
                                             rich_markup_mode=app.rich_markup_mode)  # type: ignore[return-value]
 
@@ -112,7 +147,8 @@ app = typer.Typer(
     cls=LazyCommands,
     help="Run a study's per-subject pipeline from a YAML recipe; resume it after any crash.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=False,  # typer's own options guess the shell from the parent process: ours take its name
+    context_settings={"help_option_names": ["-h", "--help"]},
     pretty_exceptions_enable=False,
 )
 
@@ -141,10 +177,41 @@ def _print_version(value: bool) -> None:
         raise typer.Exit(0)
 
 
+SHELLS = ("bash", "zsh", "fish", "powershell", "pwsh")
+
+
+def _check_shell(ctx: typer.Context, value: str | None) -> str | None:
+    if value is not None and value not in SHELLS:
+        raise typer.BadParameter(f"{value!r} is not a shell habitrun completes; one of: {', '.join(SHELLS)}", ctx=ctx)
+    return value
+
+
+def _show_completion(ctx: typer.Context, param: typer.CallbackParam, value: str | None) -> None:
+    """Print the completion script for that shell (typer's), to source or to save where the shell reads it."""
+    if value is not None and not ctx.resilient_parsing:
+        from typer.completion import show_callback
+
+        show_callback(ctx, param, _check_shell(ctx, value))
+
+
+def _install_completion(ctx: typer.Context, param: typer.CallbackParam, value: str | None) -> None:
+    """Add the completion script to that shell's start-up file (typer's installer)."""
+    if value is not None and not ctx.resilient_parsing:
+        from typer.completion import install_callback
+
+        install_callback(ctx, param, _check_shell(ctx, value))
+
+
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", help="Print habitrun's version and exit.",
+    version: bool = typer.Option(False, "--version", "-V", help="Print habitrun's version and exit.",
                                  callback=_print_version, is_eager=True),
+    show_completion: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--show-completion", metavar="SHELL", callback=_show_completion, is_eager=True,
+        help="Print the shell completion script for SHELL (bash, zsh, fish, powershell) and exit."),
+    install_completion: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--install-completion", metavar="SHELL", callback=_install_completion, is_eager=True,
+        help="Install shell completion for SHELL in its start-up file and exit."),
 ) -> None:
     """Run a study's per-subject pipeline from a YAML recipe; resume it after any crash."""
 
@@ -153,7 +220,15 @@ def load_commands() -> typer.Typer:
     """Import every command module so its ``@app.command`` registers (the CLI itself imports only the one it runs)."""
     for name in COMMAND_MODULES:
         importlib.import_module(f"habitrun.cli.{name}")
+    for info in app.registered_commands:
+        _use_our_command(info)
     return app
+
+
+def _use_our_command(info: typer.models.CommandInfo) -> None:
+    """Build the command as a :class:`Command` (typer's default class is recorded as the one given)."""
+    if info.cls in (None, typer.core.TyperCommand):
+        info.cls = Command
 
 
 def report_error(exc: HabitrunError) -> int:
@@ -170,11 +245,11 @@ def early_recipe(argv: list[str]) -> Path | None:
     """The recipe file a `run`, `resume` or `validate` command line names, found without parsing it fully."""
     if not argv or argv[0] not in ("run", "resume", "validate"):
         return None
+    from habitrun.cli.findrecipe import is_override, search_upward
+
     given = next((a for a in argv[1:] if not a.startswith("-")), None)
-    if given is None or "=" in given:
-        given = "recipe.yaml" if argv[0] == "resume" else None
-    if given is None:
-        return None
+    if given is None or is_override(given):  # left out: found as the command will find it
+        return search_upward()[0]
     path = Path(given)
     if path.is_dir():
         path = path / "recipe.yaml"
@@ -229,6 +304,10 @@ def _run_cli(argv: list[str] | None) -> None:
     args = sys.argv[1:] if argv is None else argv
     argv_command = args[0] if args else None
     entry.note_command(argv_command if argv_command in COMMANDS else None)
+    if os.environ.get("_HABITRUN_COMPLETE"):  # the shell asks for completions (see --show-completion)
+        from typer.completion import completion_init
+
+        completion_init()  # typer's shell classes (add_completion=False does not register them)
     recipe = early_recipe(args)
     if recipe is not None:
         from habitrun.spec.opcheck import start_early

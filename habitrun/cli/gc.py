@@ -17,12 +17,14 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Optional
 
 import typer
 
 from habitrun.cli.app import app
+from habitrun.cli.findrecipe import recipe_and_overrides
 from habitrun.cli.plan import make_console
-from habitrun.cli.text import esc
+from habitrun.cli.text import command, esc
 from habitrun.engine.runner import GROUP_FILE_NAME, lock_path_for
 from habitrun.planner.plan import GROUP_SUBJECT, Plan, plan_study
 from habitrun.spec.loader import LoadedRecipe, load_recipe
@@ -103,17 +105,19 @@ def _collect(loaded: LoadedRecipe, store: CheckpointStore | None) -> tuple[list,
 
 @app.command()
 def gc(
-    recipe: Path = typer.Argument(Path("recipe.yaml"), help="The recipe file (default: ./recipe.yaml)."),
+    recipe_word: Optional[str] = typer.Argument(None, metavar="RECIPE", help="The recipe file (default: recipe.yaml here or in the nearest parent folder)."),  # noqa: UP045
     overrides: list[str] = typer.Argument(None, help="Overrides, as for `run`: the keys they give are current."),
     yes: bool = typer.Option(False, "--yes", "--delete", help="Delete (without it: only list what would go)."),
     show: int = typer.Option(10, "--show", help="Work folders listed (0: all)."),
 ) -> None:
     """Delete work folders and stored records that no current cache key uses (dry run by default)."""
+    recipe, overrides = recipe_and_overrides(recipe_word, overrides)
     loaded = load_recipe(recipe, tuple(overrides or ()))
+    again = command("habitrun", "gc", recipe, *overrides, "--yes")  # the exact command that deletes
     console = make_console()
     store_dir = loaded.store_dir()
     if not CheckpointStore.exists(store_dir) and not (loaded.run_root() / WORK).is_dir():
-        _report(console, loaded, Garbage(), show, done=yes)  # nothing has run: nothing to create or delete
+        _report(console, loaded, Garbage(), show, done=yes, again=again)  # nothing has run: nothing to create or delete
         return
     if not yes:
         store = None
@@ -124,7 +128,7 @@ def gc(
         finally:
             if store is not None:
                 store.close()
-        _report(console, loaded, garbage, show, done=False)
+        _report(console, loaded, garbage, show, done=False, again=again)
         return
     store_dir.parent.mkdir(parents=True, exist_ok=True)
     with StoreLock(lock_path_for(store_dir)):
@@ -138,10 +142,10 @@ def gc(
         finally:
             if store is not None:
                 store.close()
-    _report(console, loaded, garbage, show, done=True)
+    _report(console, loaded, garbage, show, done=True, again=again)
 
 
-def _report(console: object, loaded: LoadedRecipe, garbage: Garbage, show: int, *, done: bool) -> None:
+def _report(console: object, loaded: LoadedRecipe, garbage: Garbage, show: int, *, done: bool, again: str) -> None:
     verb = "deleted" if done else "would delete"
     total = garbage.record_bytes + garbage.folder_bytes
     shown = garbage.folders if show <= 0 else garbage.folders[:show]
@@ -159,4 +163,4 @@ def _report(console: object, loaded: LoadedRecipe, garbage: Garbage, show: int, 
         console.print(f"left alone: {garbage.left_alone} entries in {esc(str(loaded.run_root() / WORK))} "
                       "that are not per-key work folders", highlight=False)
     if not done and (garbage.folders or garbage.records):
-        console.print("run `habitrun gc --yes` to delete them")
+        console.print(f"run `{again}` to delete them", highlight=False)

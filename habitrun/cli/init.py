@@ -9,6 +9,7 @@ JSON Schemas the header points to. It never overwrites a file.
 from __future__ import annotations
 
 import json
+import shlex
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from habitrun.cli.app import app
-from habitrun.errors import RecipeError
+from habitrun.errors import RecipeError, UsageError
 from habitrun.spec.schemas import FILES, schema_text
 
 if TYPE_CHECKING:  # importlib.resources.abc is 3.11+; the annotation is all that needs it
@@ -66,9 +67,13 @@ def init(
         raise RecipeError([f"{folder}: exists and is not a folder"])
     for rel, text in files.items():
         target = folder / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text, encoding="utf-8")
+        except OSError as exc:  # a read-only or missing parent, a full disk: exit 2, never a traceback
+            raise UsageError(f"cannot write {target}: {exc.strerror or exc}") from None
     typer.echo(f"wrote a new study in {folder}:")
     for rel in files:
         typer.echo(f"  {rel}")
-    typer.echo(f"next: habitrun validate {folder / 'recipe.yaml'}  then  habitrun run {folder / 'recipe.yaml'}")
+    recipe = str(folder / "recipe.yaml")
+    typer.echo(f"next: {shlex.join(['habitrun', 'validate', recipe])}  then  {shlex.join(['habitrun', 'run', recipe])}")

@@ -14,14 +14,14 @@ from __future__ import annotations
 import json
 import shlex
 from collections import defaultdict
-from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
 
 from habitrun.cli.app import app, err_console
 from habitrun.cli.busy import in_progress_text, store_user
+from habitrun.cli.findrecipe import recipe_and_overrides
 from habitrun.cli.longtable import Cell, print_table
 from habitrun.cli.subjects_text import subjects_lines
 from habitrun.cli.text import esc
@@ -45,16 +45,20 @@ def make_console() -> Console:
     return console
 
 
-def store_notes(loaded: LoadedRecipe, store: CheckpointStore | None, recovery: Recovery | None | bool = True
-                ) -> list[str]:
+def store_notes(loaded: LoadedRecipe, store: CheckpointStore | None, run_command: str,
+                recovery: Recovery | None | bool = True) -> list[str]:
     """What is wrong with the store file (damaged, or empty, or short of records a run committed):
-    the command then exits 2. ``recovery``: the journals' check if made already (True: make it)."""
+    the command then exits 2.
+
+    ``run_command`` is the exact `habitrun run ...` that fixes it (shlex-joined, not escaped).
+    ``recovery``: the journals' check if made already (True: make it).
+    """
     notes = []
     empty = empty_store_file(loaded.store_dir())
     if empty:
-        notes.append(empty + "; `habitrun run` starts a new store")
+        notes.append(empty + f"; `{run_command}` starts a new store")
     if store is not None and store.damage is not None:
-        notes.append(store.damage.summary(loaded.store_dir()) + "; `habitrun run` repairs it (keeping the damaged file)")
+        notes.append(store.damage.summary(loaded.store_dir()) + f"; `{run_command}` repairs it (keeping the damaged file)")
     if recovery is True:
         recovery = journal_check(loaded, store)
     if isinstance(recovery, Recovery):
@@ -201,7 +205,7 @@ def plan_json(loaded: LoadedRecipe, plan: Plan, store: CheckpointStore | None,
 
 @app.command()
 def plan(
-    recipe: Path = typer.Argument(Path("recipe.yaml"), help="The recipe file (default: ./recipe.yaml)."),
+    recipe_word: Optional[str] = typer.Argument(None, metavar="RECIPE", help="The recipe file (default: recipe.yaml here or in the nearest parent folder)."),  # noqa: UP045
     overrides: list[str] = typer.Argument(None, help="Overrides like stages.features.params.bins=64."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON (every subject's status)."),
     reason: bool = typer.Option(False, "--reason", help="Say for each subject that is not done why."),
@@ -211,12 +215,13 @@ def plan(
                                 "(large ones are always checked when their file changed)."),
 ) -> None:
     """Show what a run would do, per stage: done / failed / stale / pending / forced / blocked."""
+    recipe, overrides = recipe_and_overrides(recipe_word, overrides)
     loaded = load_recipe(recipe, (*(overrides or ()), *(("policy.retry_failed_subjects=true",) if retry_failed else ())))
     subjects, store = subjects_and_store(loaded, lambda: open_existing_store(loaded, verify=verify))
     try:
         the_plan = plan_study(loaded, subjects, store)
         recovery = journal_check(loaded, store)
-        damaged = store_notes(loaded, store, recovery)
+        damaged = store_notes(loaded, store, shlex.join(["habitrun", "run", str(recipe), *(overrides or ())]), recovery)
         pending = recovery.pending_notes() if recovery is not None else []
         busy = store_user(loaded)
         if as_json:

@@ -18,6 +18,7 @@ import typer
 from rich.console import Console
 
 from habitrun.cli.app import app, err_console
+from habitrun.cli.findrecipe import given_or_found
 from habitrun.cli.plan import open_existing_store
 from habitrun.cli.text import esc
 from habitrun.cli.trace import pick_run
@@ -62,12 +63,12 @@ def write_run_report(console: Console, loaded: LoadedRecipe, run: RunFolder | No
 
 @app.command()
 def report(
-    recipe: Path = typer.Argument(..., help="The study's recipe YAML."),
+    recipe: Optional[Path] = typer.Argument(None, metavar="RECIPE", help="The recipe file (default: recipe.yaml here or in the nearest parent folder)."),  # noqa: UP045
     output: Optional[Path] = typer.Option(None, "--output", "-o", help=f"The HTML file (default: {REPORT_NAME} in the run's folder)."),  # noqa: UP045
     run: Optional[str] = typer.Option(None, "--run", help="A run id (default: the latest run)."),  # noqa: UP045
 ) -> None:
     """Write a run's report: one HTML file that opens offline, charts included."""
-    loaded = load_recipe(recipe)
+    loaded = load_recipe(given_or_found(recipe))
     run_id = pick_run(loaded, run if run != "all" else None)
     folder = RunFolder.open(loaded.run_root() / RUNS / str(run_id))
     path = make_report(loaded, folder, output)

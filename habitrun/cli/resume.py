@@ -18,6 +18,7 @@ from rich.console import Console
 
 from habitrun.cli.app import app
 from habitrun.cli.execute import Selection, execute, load_selected, retry_command
+from habitrun.cli.findrecipe import given_or_found
 from habitrun.cli.options import Chosen, run_options
 from habitrun.cli.runhome import check_run_home, same_folder
 from habitrun.cli.text import esc
@@ -75,12 +76,13 @@ def _body(resolved_yaml: str) -> list[str]:
 @app.command()
 @run_options
 def resume(
-    target: Optional[Path] = typer.Argument(None, help="Recipe file, study folder or run folder (default: ./recipe.yaml)."),  # noqa: UP045
+    target_given: Optional[Path] = typer.Argument(None, metavar="TARGET", help="Recipe file, study folder or run folder (default: recipe.yaml here or in the nearest parent folder)."),  # noqa: UP045
     use_current: bool = typer.Option(False, "--use-current", help="Use the recipe file as it is now, not as it was run."),
     *,
     chosen: Chosen,
 ) -> None:
     """Finish the latest run: nothing that finished is repeated, nothing is lost."""
+    target = given_or_found(target_given)
     console = Console(highlight=False, soft_wrap=True)
     selection, quiet, report = chosen.selection, chosen.quiet, chosen.report
     recipe_arg = str(target or DEFAULT_RECIPE)

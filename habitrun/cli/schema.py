@@ -12,6 +12,7 @@ from pathlib import Path
 import typer
 
 from habitrun.cli.app import app
+from habitrun.errors import UsageError
 from habitrun.spec.schemas import write_schemas
 
 
@@ -20,5 +21,9 @@ def schema(
     out: Path = typer.Option(Path("schemas"), "--out", "-o", help="Folder to write the schema files into."),
 ) -> None:
     """Write schemas/recipe.schema.json and schemas/run-policy.schema.json."""
-    for path in write_schemas(out):
+    try:
+        written = write_schemas(out)
+    except OSError as exc:  # exit 2 with the reason, as every command that writes a file
+        raise UsageError(f"cannot write the schemas into {out}: {exc.strerror or exc}") from None
+    for path in written:
         typer.echo(f"wrote {path}")

@@ -14,13 +14,14 @@ import os
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
 
 from habitrun.cli.app import app, err_console
 from habitrun.cli.busy import in_progress_text, is_run, killed_before_folder, store_user
+from habitrun.cli.findrecipe import given_or_found
 from habitrun.cli.longtable import Cell, print_table
 from habitrun.cli.plan import (
     make_console,
@@ -30,7 +31,7 @@ from habitrun.cli.plan import (
     store_notes,
 )
 from habitrun.cli.runhome import check_run_home
-from habitrun.cli.text import esc
+from habitrun.cli.text import command, esc
 from habitrun.cli.text import human as fmt
 from habitrun.errors import EXIT_FAILED_SUBJECTS, EXIT_OK, EXIT_USAGE, StoreError
 from habitrun.planner.opening import subjects_and_store
@@ -242,7 +243,7 @@ def gather(loaded: LoadedRecipe, run: RunFolder, *, verify: bool) -> Shown:
     try:
         plan = plan_study(loaded, subjects, store)
         shown = Shown(loaded, run, outcome, info, plan, failures(plan, store), resource_stats(plan, store),
-                      unreadable(plan), store_notes(loaded, store), busy)
+                      unreadable(plan), store_notes(loaded, store, shlex.join(["habitrun", "run", str(loaded.path)])), busy)
     finally:
         if store is not None:
             store.close()
@@ -253,7 +254,7 @@ def gather(loaded: LoadedRecipe, run: RunFolder, *, verify: bool) -> Shown:
 
 @app.command()
 def status(
-    target: Path = typer.Argument(Path("recipe.yaml"), help="A recipe file or a run folder (default: ./recipe.yaml)."),
+    target_given: Optional[Path] = typer.Argument(None, metavar="TARGET", help="A recipe file or a run folder (default: recipe.yaml here or in the nearest parent folder)."),  # noqa: UP045
     as_json: bool = typer.Option(False, "--json", help="Print the status as JSON."),
     show_all: bool = typer.Option(False, "--all", help=f"List every failure (default: the first {MAX_FAILURES_SHOWN})."),
     verify: bool = typer.Option(False, "--verify", help="Check every stored result against its checksum."),
@@ -264,6 +265,7 @@ def status(
     interrupted, stopped or did not finish, or there is no run to show, 2 when
     the recipe or store cannot be read.
     """
+    target = given_or_found(target_given)
     loaded, run = locate(target)
     console = make_console()
     if run is None:
@@ -273,7 +275,7 @@ def status(
         typer.echo(json.dumps(as_document(shown, target), indent=1, ensure_ascii=False))
     else:
         print_run(console, shown, target)
-        print_problems(console, shown, show_all=show_all)
+        print_problems(console, shown, target, show_all=show_all)
     raise typer.Exit(shown.exit_code)
 
 
@@ -347,17 +349,19 @@ def print_run(console: Console, shown: Shown, target: Path) -> None:
     print_package_changes(console, shown.plan)
 
 
-def print_problems(console: Console, shown: Shown, *, show_all: bool) -> None:
-    """Store damage, unreadable stored results and each failed subject with its log."""
+def print_problems(console: Console, shown: Shown, target: Path, *, show_all: bool) -> None:
+    """Store damage, unreadable stored results and each failed subject with its log; ``target`` as given."""
+    more = f"({command('habitrun', 'status', target, '--all')})"
     for note in shown.notes:
         err_console.print(f"[bold red]store damaged:[/] {esc(note)}", highlight=False)
     damaged, failed = shown.damaged, shown.failed
     if damaged:
-        console.print(f"[yellow]{len(damaged)} stored result(s) unreadable[/] (stale: `habitrun run` or `resume` recomputes them):")
+        console.print(f"[yellow]{len(damaged)} stored result(s) unreadable[/] (stale: "
+                      f"`{command('habitrun', 'resume', target)}` or `run` recomputes them):", highlight=False)
         for d in damaged[:MAX_FAILURES_SHOWN] if not show_all else damaged:
             console.print(f"  {esc(d['stage'])} {esc(d['subject'])}: {esc(d['reason'])}", highlight=False)
     if not failed and shown.run_failed:
-        print_run_failures(console, shown.run_failed, show_all=show_all)
+        print_run_failures(console, shown.run_failed, more, show_all=show_all)
         return
     if not failed:
         if shown.outcome == "failed":  # failed, yet no failure of its own nor stored: say what made it fail
@@ -378,11 +382,13 @@ def print_problems(console: Console, shown: Shown, *, show_all: bool) -> None:
         else:  # a subject that printed nothing before it was stopped, or a log folder since deleted
             console.print("      log: none was written", highlight=False)
     if len(listed) < len(failed):
-        console.print(f"  ... and {len(failed) - len(listed)} more (habitrun status --all)")
+        console.print(f"  ... and {len(failed) - len(listed)} more {more}", highlight=False)
 
 
-def print_run_failures(console: Console, listed: list[dict[str, Any]], *, show_all: bool) -> None:
-    """The failures of a failed run that the store no longer holds as failures (with what each is now)."""
+def print_run_failures(console: Console, listed: list[dict[str, Any]], more: str, *, show_all: bool) -> None:
+    """The failures of a failed run that the store no longer holds as failures (with what each is now).
+
+    ``more`` is the hint that lists them all (the exact `status --all` command, escaped)."""
     console.print(f"[red]{len(listed)} subject(s) failed in this run[/] (under the recipe and inputs as they "
                   "are now, none is a recorded failure):")
     shown = listed if show_all else listed[:MAX_FAILURES_SHOWN]
@@ -392,7 +398,7 @@ def print_run_failures(console: Console, listed: list[dict[str, Any]], *, show_a
         if f["log"] and os.path.exists(f["log"]):
             console.print(f"      log: {esc(f['log'])}", highlight=False)
     if len(shown) < len(listed):
-        console.print(f"  ... and {len(listed) - len(shown)} more (habitrun status --all)")
+        console.print(f"  ... and {len(listed) - len(shown)} more {more}", highlight=False)
 
 
 def exit_code_for(outcome: str) -> int:

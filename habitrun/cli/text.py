@@ -6,12 +6,23 @@ would raise ``MarkupError`` (or a ``[columns]`` would vanish) if printed as is.
 
 from __future__ import annotations
 
+import shlex
+
 
 def esc(value: object) -> str:
     """``value`` as text that rich prints literally inside a markup string."""
     from rich.markup import escape  # here: `validate` prints plain text and imports no rich
 
     return escape(str(value))
+
+
+def command(*words: object) -> str:
+    """The exact command to copy (each word quoted for the shell), escaped for rich markup.
+
+    Hints name the recipe path and the overrides the user gave: a hint that drops
+    them runs another study, or this one with other parameters.
+    """
+    return esc(shlex.join(str(w) for w in words))
 
 
 def human(value: float | None, unit: str = "") -> str:

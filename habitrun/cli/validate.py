@@ -10,11 +10,12 @@ Problems of the last two are collected together, so one pass shows them all.
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Optional
 
 import typer
 
 from habitrun.cli.app import app
+from habitrun.cli.findrecipe import recipe_and_overrides
 from habitrun.cli.subjects_text import subjects_lines
 from habitrun.errors import RecipeError
 from habitrun.planner.context import build_context
@@ -73,10 +74,11 @@ def summary(loaded: LoadedRecipe, rows: list[SubjectRow]) -> str:
 
 @app.command()
 def validate(
-    recipe: Path = typer.Argument(..., help="The recipe file (recipe.yaml)."),
+    recipe_word: Optional[str] = typer.Argument(None, metavar="RECIPE", help="The recipe file (default: recipe.yaml here or in the nearest parent folder)."),  # noqa: UP045
     overrides: list[str] = typer.Argument(None, help="Overrides like policy.workers=8 (values read as YAML)."),
 ) -> None:
     """Check a recipe without running it: schema, stage graph, manifest, operators."""
+    recipe, overrides = recipe_and_overrides(recipe_word, overrides)
     loaded = load_recipe(recipe, tuple(overrides or ()))
     problems: list[str] = []
     rows: list[SubjectRow] = []

@@ -10,6 +10,7 @@ Nothing is written to the store.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +43,8 @@ def open_store(loaded: LoadedRecipe) -> CheckpointStore:
     """The recipe's existing store (StoreError when nothing has run yet); never creates one."""
     store_dir = loaded.store_dir()
     if not CheckpointStore.exists(store_dir):
-        raise StoreError(f"no checkpoint store at {store_dir} yet: run the study first (habitrun run)")
+        raise StoreError(f"no checkpoint store at {store_dir} yet: run the study first "
+                         f"({shlex.join(['habitrun', 'run', str(loaded.path)])})")
     return CheckpointStore.open(store_dir, create=False, read_only=True)
 
 
