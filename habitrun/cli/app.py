@@ -10,6 +10,9 @@ none of the others. :func:`main` runs the app and turns a
 
 from __future__ import annotations
 
+# First: its exit handler must be registered before any other (see fastexit).
+from habitrun.cli.fastexit import exit_now  # isort: skip
+
 import gc
 import importlib
 import signal
@@ -22,7 +25,6 @@ import typer.core
 import typer.main
 
 from habitrun import __version__
-from habitrun.cli.fastexit import exit_now
 from habitrun.cli.text import esc
 from habitrun.errors import EXIT_INTERRUPTED, HabitrunError
 from habitrun.spec.pluginsoff import plugins_off

@@ -3,16 +3,22 @@
 After a command has printed its outcome, Python's own shutdown still clears
 every module and frees every object one by one: with the hundreds of modules
 a command imports (pydantic, typer, rich, the engine) that is 25-80 ms of a
-command that takes 0.3 s, and nothing a user sees. :func:`exit_now` does what
-that shutdown does that matters (the ``atexit`` handlers, which include
-multiprocessing's and ``weakref.finalize``'s; finalising what sits in
-reference cycles, such as the SQLite connection a thread opened, whose close
-checkpoints the store's WAL into its file; flushing stdout/stderr) and then
-leaves with ``os._exit``. Where it cannot be sure that is all (a non-daemon
-thread still running, which a normal exit would wait for; an SQLite
-connection still open, held by a live object; a flush that fails, whose
-message and exit status Python's shutdown owns) it falls back to the normal
-exit, so the outcome is the same either way.
+command that takes 0.3 s, and nothing a user sees. :func:`exit_now` lets the
+normal exit do what matters (wait for non-daemon threads, run the ``atexit``
+handlers, which include multiprocessing's and ``weakref.finalize``'s) and cuts
+it short after that, with public means only: importing this module registers
+:func:`_last_handler`, and ``atexit`` runs its handlers last in, first out
+(documented), so a handler registered before any other runs after all of them.
+It finalises what sits in reference cycles (such as the SQLite connection a
+thread opened, whose close checkpoints the store's WAL into its file), flushes
+stdout/stderr and leaves with ``os._exit``. Where it cannot be sure that is
+all (an SQLite connection still open, held by a live object; a flush that
+fails, whose message and exit status Python's shutdown owns) it returns, and
+the normal teardown goes on, so the outcome is the same either way.
+
+This module is imported first by ``cli/app.py`` (a handler registered before it
+would run after the cut and be skipped: ``tests/cli/test_fast_exit.py`` checks
+that ``logging``'s and ``multiprocessing``'s are registered after it).
 """
 
 from __future__ import annotations
@@ -21,8 +27,9 @@ import atexit
 import gc
 import os
 import sys
-import threading
 from typing import NoReturn
+
+_status: int | None = None  # set by exit_now: the status the last handler leaves with
 
 
 def exit_code(code: object) -> int | None:
@@ -36,21 +43,30 @@ def exit_code(code: object) -> int | None:
 
 def exit_now(code: object) -> NoReturn:
     """Leave with ``code`` as ``sys.exit(code)`` would, skipping the interpreter's teardown when that is safe."""
-    status = exit_code(code)
-    if status is None or _threads_pending():
-        raise SystemExit(code)
-    atexit._run_exitfuncs()
+    global _status
+    _status = exit_code(code)
+    raise SystemExit(code)
+
+
+def _last_handler() -> None:
+    """The last ``atexit`` handler: after every other has run, leave without the teardown if that is safe."""
+    status = _status
+    if status is None:  # not ended by exit_now (or with a message Python prints): the normal exit
+        return
     gc.collect()  # what sits in reference cycles is finalised, as the teardown would (a thread's SQLite connection)
-    if _threads_pending() or _databases_open():  # started by a handler; held by a live object
+    if _databases_open():  # held by a live object
         gc.unfreeze()  # the teardown then sees the CLI's frozen imports as it always did
-        raise SystemExit(code)
+        return
     for stream in (sys.stdout, sys.stderr):
         try:
             if stream is not None:
                 stream.flush()
         except (OSError, ValueError):
-            raise SystemExit(code) from None  # a closed pipe: Python's shutdown reports it as it always does
+            return  # a closed pipe: Python's shutdown reports it as it always does
     os._exit(status)
+
+
+atexit.register(_last_handler)  # at import, before any other handler: so it runs after all of them
 
 
 def _databases_open() -> bool:
@@ -73,9 +89,3 @@ def _databases_open() -> bool:
                 continue
             return True
     return False
-
-
-def _threads_pending() -> bool:
-    """Whether a thread that a normal exit would wait for is still running."""
-    main = threading.main_thread()
-    return any(t is not main and not t.daemon and t.is_alive() for t in threading.enumerate())
