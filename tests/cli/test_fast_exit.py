@@ -106,3 +106,34 @@ def test_importing_every_command_opens_no_database() -> None:
             "print(sum(isinstance(o, sqlite3.Connection) for o in gc.get_objects()))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
     assert (done.returncode, done.stdout.strip()) == (0, "0"), done.stderr
+
+
+# Records the order in which modules are first imported while the console script's module loads.
+IMPORT_ORDER = """
+import sys
+seen = []
+class Recorder:
+    def find_spec(self, name, path=None, target=None):
+        seen.append(name)
+        return None
+already = sorted({"logging", "multiprocessing.util", "concurrent.futures"} & set(sys.modules))
+sys.meta_path.insert(0, Recorder())
+from habitrun.cli.app import main
+from habitrun.engine.process import early
+import logging, multiprocessing.util
+print(already)
+print(*seen)
+"""
+
+
+def test_the_fast_exit_handler_is_registered_before_any_other() -> None:
+    """atexit runs handlers last in, first out: modules that register one at import come after fastexit."""
+    done = subprocess.run([sys.executable, "-c", IMPORT_ORDER], capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    already, seen = done.stdout.splitlines()
+    assert already == "[]"
+    order = seen.split()
+    first = order.index("habitrun.cli.fastexit")
+    for registers_at_import in ("logging", "multiprocessing.util"):
+        assert order.index(registers_at_import) > first, order[:first]

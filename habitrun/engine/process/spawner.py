@@ -54,6 +54,7 @@ def server_env(threads: int) -> dict[str, str]:
 
 def spawn_worker(config: WorkerConfig, fds: Sequence[int], env: Mapping[str, str]) -> SpawnedChild:
     """A fresh interpreter running ``served_worker(fds, config)``, in a session of its own."""
+    request = pickle.dumps((served_worker, (config,)))  # small: fits the pipe, so writing never blocks
     request_r, request_w = os.pipe()
     life_r, life_w = os.pipe()  # the worker holds life_w: a sentinel where there is no pidfd
     try:
@@ -63,15 +64,17 @@ def spawn_worker(config: WorkerConfig, fds: Sequence[int], env: Mapping[str, str
                                  start_new_session=True, stdin=subprocess.DEVNULL, env=dict(env))
     except BaseException:
         os.close(life_r)
+        os.close(request_w)
         raise
     finally:
         os.close(request_r)
         os.close(life_w)
-        with open(request_w, "wb") as request:  # small: fits the pipe, so never blocks
-            try:
-                request.write(pickle.dumps((served_worker, (config,))))
-            except BrokenPipeError:
-                pass  # it never started, or died at once: its exit says why
+    try:
+        os.write(request_w, request)
+    except BrokenPipeError:
+        pass  # it died at once: its exit says why
+    finally:
+        os.close(request_w)
     return SpawnedChild(popen, open_own_pidfd(popen.pid), life_r)  # not waited for: still that child
 
 
