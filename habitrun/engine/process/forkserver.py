@@ -301,7 +301,10 @@ def serve() -> None:
             __import__(name)
         except Exception:  # noqa: BLE001, S112 - a worker imports it again and reports what is wrong
             continue
-    os.write(int(ready_fd), b"r")
+    try:
+        os.write(int(ready_fd), b"r")
+    except OSError:
+        pass  # the runner stopped waiting for it (it stopped this server while it booted)
     os.close(int(ready_fd))
     server = _Server(control)
     try:
