@@ -27,7 +27,7 @@ def executable() -> str:
     """The interpreter a new worker runs: multiprocessing's choice (``set_executable``), else ours."""
     from multiprocessing import spawn
 
-    return spawn.get_executable() or sys.executable
+    return os.fsdecode(spawn.get_executable() or sys.executable)  # bytes on POSIX in some versions
 
 
 def interpreter_flags() -> list[str]:
