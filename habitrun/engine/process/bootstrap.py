@@ -24,10 +24,14 @@ SPAWNED = "from habitrun.engine.process.bootstrap import spawned; spawned()"
 
 
 def executable() -> str:
-    """The interpreter a new worker runs: multiprocessing's choice (``set_executable``), else ours."""
-    from multiprocessing import spawn
+    """The interpreter a new worker runs: multiprocessing's choice (``set_executable``), else ours.
 
-    return os.fsdecode(spawn.get_executable() or sys.executable)  # bytes on POSIX in some versions
+    Only looked up if multiprocessing's spawn module is loaded: nobody can have set it otherwise,
+    and importing it would cost the CLI's early fork server start a few milliseconds.
+    """
+    spawn = sys.modules.get("multiprocessing.spawn")
+    chosen = spawn.get_executable() if spawn is not None else None
+    return os.fsdecode(chosen or sys.executable)  # bytes on POSIX in some versions
 
 
 def interpreter_flags() -> list[str]:

@@ -17,7 +17,10 @@ import os
 import select
 import struct
 import subprocess
-from multiprocessing.process import BaseProcess
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from multiprocessing.process import BaseProcess
 
 STATUS = struct.Struct("i")  # an exit code as the fork server writes it
 UNKNOWN_EXIT = 255  # the fork server ended before it could say (as multiprocessing reports it)
