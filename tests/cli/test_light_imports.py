@@ -77,9 +77,8 @@ def test_a_quiet_run_draws_no_bars_and_imports_no_progress_module(demo: Path) ->
 # The console script pauses the cycle collector while the command imports: it must run again after.
 GC_STATE = """
 import atexit, gc, sys
-from habitrun.cli.app import main
-# after the CLI's import: a handler registered before fastexit's runs after the exit is cut short
 atexit.register(lambda: print("GC", gc.isenabled(), gc.get_freeze_count() > 0))
+from habitrun.cli.app import main
 main()
 """
 
