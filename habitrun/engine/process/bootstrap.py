@@ -96,6 +96,7 @@ def spawned() -> NoReturn:
     open, and by this process alone (what it starts does not inherit it), until it exits.
     """
     request_fd, life_fd, search_path, *fds = sys.argv[1:]
+    del sys.argv[1:]  # the subjects see ``sys.argv == ["-c"]``, as in a fork server's worker
     os.set_inheritable(int(life_fd), False)
     add_search_path(json.loads(search_path))
     with open(int(request_fd), "rb") as request:

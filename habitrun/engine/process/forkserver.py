@@ -293,6 +293,7 @@ def serve() -> None:
     global _exit_status
     atexit.register(_leave_now)  # first registered, so last run: after the preloaded modules' handlers
     control_fd, ready_fd, preload, search_path = sys.argv[1:]
+    del sys.argv[1:]  # its children see ``sys.argv == ["-c"]``, not the server's plumbing
     control = socket.socket(fileno=int(control_fd))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # its session gets no Ctrl-C; a stray one changes nothing
     bootstrap.add_search_path(json.loads(search_path))
