@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import json
 from importlib import resources
-from importlib.resources.abc import Traversable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from habitrun.cli.app import app
 from habitrun.errors import RecipeError
 from habitrun.spec.schemas import FILES, schema_text
+
+if TYPE_CHECKING:  # importlib.resources.abc is 3.11+; importlib.abc.Traversable is gone in 3.14
+    from importlib.resources.abc import Traversable
 
 RENAMED = {"gitignore": ".gitignore"}  # dot-files do not survive every packaging tool
 

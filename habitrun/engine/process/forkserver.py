@@ -33,6 +33,7 @@ import struct
 import subprocess
 import sys
 import threading
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -267,8 +268,12 @@ class _Server:
             self._refuse(f"cannot fork: {exc}")
             return
         if pid == 0:
-            self._become_child(status_r, status_w)
-            bootstrap.run_request(target, fds, args)
+            try:
+                self._become_child(status_r, status_w)
+            except BaseException:  # noqa: BLE001 - the child must never return into the server's loop
+                traceback.print_exc()
+                os._exit(1)
+            bootstrap.run_request(target, fds, args)  # never returns
         pidfd = open_own_pidfd(pid)  # before any reap: only this loop reaps, and not before this returns
         self.statuses[pid] = status_w  # kept until the child is reaped: its exit code goes down it
         try:
