@@ -88,7 +88,7 @@ def _run(n: int, ms: float, workers: int,
         backend.run_tasks(op, tasks("w", 20), lambda batch: None, StopFlag())
         time.sleep(2.0)  # the server with the operator's module preloaded boots meanwhile
         backend.run_tasks(op, tasks("v", 20), lambda batch: None, StopFlag())
-        servers = [psutil.Process(s._forkserver_pid) for s in backend.pool.spawner._servers.values()]
+        servers = [psutil.Process(s.pid) for s in backend.pool.spawner.servers()]
 
         def server_cpu() -> tuple[float, float]:
             times = [s.cpu_times() for s in servers]

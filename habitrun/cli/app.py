@@ -28,7 +28,6 @@ import typer.main
 
 from habitrun import __version__
 from habitrun.cli import consoleout, entry
-from habitrun.cli.fastexit import exit_now
 from habitrun.cli.text import esc
 from habitrun.errors import EXIT_INTERRUPTED, HabitrunError
 from habitrun.spec.pluginsoff import plugins_off
@@ -259,8 +258,9 @@ def early_recipe(argv: list[str]) -> Path | None:
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point; ``argv`` (default: ``sys.argv[1:]``) lets a test run it in-process.
 
-    The console script (no ``argv``) ends by :func:`~habitrun.cli.fastexit.exit_now`: the
-    outcome is printed by then, and the interpreter's teardown would only add to the wait.
+    The console script ends with the interpreter's normal exit: skipping its teardown
+    (``os._exit`` after the ``atexit`` handlers) saved 2-9 ms of commands taking 80-500 ms
+    (1-7 %, see docs/performance.md), too little for an exit path of its own.
     """
     if argv is not None:
         _run_cli(argv)
@@ -268,11 +268,7 @@ def main(argv: list[str] | None = None) -> None:
     entry.install()  # already done by the console script (habitrun.cli.entry); again for other callers
     consoleout.install()
     _startup_pause()
-    try:
-        _run_cli(None)
-    except SystemExit as done:
-        exit_now(done.code)
-    exit_now(0)
+    _run_cli(None)
 
 
 _paused = False

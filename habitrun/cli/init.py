@@ -20,7 +20,7 @@ from habitrun.cli.app import app
 from habitrun.errors import RecipeError, UsageError
 from habitrun.spec.schemas import FILES, schema_text
 
-if TYPE_CHECKING:  # importlib.resources.abc is 3.11+; the annotation is all that needs it
+if TYPE_CHECKING:  # importlib.resources.abc is 3.11+; importlib.abc.Traversable is gone in 3.14
     from importlib.resources.abc import Traversable
 
 RENAMED = {"gitignore": ".gitignore"}  # dot-files do not survive every packaging tool

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from habitrun.launcher.errorfile import format_user_traceback, record, write_error_file
-from habitrun.launcher.lifeline import close_forkserver_alive_fd, die_with_parent
+from habitrun.launcher.lifeline import die_with_parent
 
 
 @dataclass
@@ -61,7 +61,6 @@ def run_function_rank(spec: FunctionRankSpec) -> None:
     except OSError:
         pass
     die_with_parent(spec.parent_pid)
-    close_forkserver_alive_fd()
     for fd in spec.close_fds:
         try:
             os.close(fd)

@@ -34,19 +34,6 @@ def die_with_parent(parent_pid: int | None, sig: int = signal.SIGKILL) -> None:
         os._exit(1)
 
 
-def close_forkserver_alive_fd() -> None:
-    """In a fork server's child: close the server's liveness pipe, so the server exits with its parent."""
-    fs = sys.modules.get("multiprocessing.forkserver")
-    server = getattr(fs, "_forkserver", None) if fs else None
-    fd = getattr(server, "_forkserver_alive_fd", None)
-    if isinstance(fd, int) and server is not None and getattr(server, "_forkserver_pid", None) is None:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-        server._forkserver_alive_fd = None
-
-
 # The command trampoline: ``python -S -c TRAMPOLINE <parent_pid> <program> <args...>``.
 # Kept free of habitrun imports so it starts in a few milliseconds.
 TRAMPOLINE = """

@@ -36,13 +36,27 @@ def _subject_slot(sig: inspect.Signature) -> str | None:
     return None
 
 
+def signature(obj: Any) -> inspect.Signature:
+    """``obj``'s signature without evaluating its annotations where Python evaluates them lazily (3.14+).
+
+    Only names, kinds and defaults are checked; on 3.14 (PEP 649) an annotation naming
+    something imported under ``TYPE_CHECKING`` would otherwise raise NameError here,
+    though the module imported fine.
+    """
+    try:
+        import annotationlib  # type: ignore[import-not-found,unused-ignore]  # Python 3.14+
+    except ImportError:
+        return inspect.signature(obj)
+    return inspect.signature(obj, annotation_format=annotationlib.Format.FORWARDREF)
+
+
 def check_params(obj: Any, target: str, params: dict[str, Any], stage: str) -> list[Problem]:
     """Problems of calling ``obj`` with ``params``: a class as ``Cls(**params)``, a function as ``fn(subject, **params)``.
 
     Names first (unknown, missing), then each value against its parameter's annotation
     (:mod:`habitrun.spec.paramtypes`)."""
     try:
-        sig = inspect.signature(obj)
+        sig = signature(obj)
     except (TypeError, ValueError):  # a builtin or extension without a signature: nothing to check
         return []
     accepts = sig.parameters

@@ -41,7 +41,7 @@ def _optional_policy_fields() -> dict[str, Any]:
     for name, info in RunPolicy.model_fields.items():
         annotation: Any = info.annotation
         if info.metadata:
-            annotation = Annotated.__class_getitem__((annotation, *info.metadata))  # type: ignore[attr-defined]
+            annotation = Annotated[(annotation, *info.metadata)]
         fields[name] = (annotation, Field(default=None, description=info.description))
     return fields
 

@@ -22,9 +22,9 @@ def _gone(pid: int) -> bool:
 
 def _booted() -> tuple[object, int]:
     early.start(BASE_PRELOAD)
-    assert early._early is not None
-    server = early._early[2]
-    return server, server._popen.pid  # type: ignore[attr-defined]
+    server = early.booted()
+    assert server is not None and server.pid is not None
+    return server, server.pid
 
 
 def test_a_launcher_with_the_same_caps_adopts_the_early_server_and_stops_it() -> None:
@@ -32,7 +32,7 @@ def test_a_launcher_with_the_same_caps_adopts_the_early_server_and_stops_it() ->
     launcher = WorkerSpawner("forkserver", early.DEFAULT_THREADS)
     try:
         assert launcher._server(BASE_PRELOAD, ()) is server
-        assert early._early is None  # adopted once
+        assert early.booted() is None  # adopted once
     finally:
         launcher.close()
     assert _gone(pid)
@@ -43,10 +43,10 @@ def test_other_caps_do_not_adopt_it_and_discard_kills_it() -> None:
     try:
         assert early.adopt(BASE_PRELOAD, early.DEFAULT_THREADS + 1) is None
         assert early.adopt((*BASE_PRELOAD, "study_ops"), early.DEFAULT_THREADS) is None
-        assert early._early is not None and early._early[2] is server
+        assert early.booted() is server
     finally:
         early.discard()
-    assert early._early is None and _gone(pid)
+    assert early.booted() is None and _gone(pid)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -78,4 +78,4 @@ def test_run_uses_or_discards_the_early_server(tmp_path: Path, monkeypatch: pyte
         main(["run", "recipe.yaml", "-q"])
     assert done.value.code == 0
     assert (adopted[0] is not None) == (threads == early.DEFAULT_THREADS)
-    assert early._early is None
+    assert early.booted() is None

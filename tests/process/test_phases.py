@@ -122,7 +122,7 @@ def test_what_a_dead_worker_owed_is_derived_from_what_it_was_sent(tasks, stoppin
     the third fails, the others go back to the queue. Once a stop is asked for, the death is the
     stop's doing: nothing fails, nothing is owed any more (a resume runs them)."""
     parent, child = multiprocessing.Pipe()
-    proc = types.SimpleNamespace(pid=os.getpid(), exitcode=3)
+    proc = types.SimpleNamespace(pid=os.getpid(), pidfd=None, exitcode=3)
     watched = types.SimpleNamespace(oom_note=None, last_rss_mb=0.0)
     beacon = Beacon()
     handle = WorkerHandle(0, proc, parent, watched, 0.0, beacon)

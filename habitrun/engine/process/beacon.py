@@ -10,9 +10,11 @@ The beacon answers both: three numbers the worker writes around each run.
 
 from __future__ import annotations
 
+import mmap
+import os
+import tempfile
 import time
-from multiprocessing.sharedctypes import RawArray
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 _TAKEN, _RUNNING, _STARTED_AT, _OUTPUT_FROM = 0, 1, 2, 3
 
@@ -24,11 +26,45 @@ class BeaconReading(NamedTuple):
     output_from: int = 0  # where its output starts in the worker's scratch file
 
 
-class Beacon:
-    """Four doubles in shared memory, written by one worker, read by the runner."""
+SIZE = 4 * 8  # four doubles
 
-    def __init__(self, array: Any = None) -> None:
-        self.array = RawArray("d", 4) if array is None else array
+
+def _shared_file() -> int:
+    """A file of SIZE bytes that only descriptors reach (memfd; elsewhere an unlinked temporary file)."""
+    try:
+        fd = os.memfd_create("habitrun-beacon", os.MFD_CLOEXEC)
+    except (AttributeError, OSError):
+        fd, path = tempfile.mkstemp(prefix="habitrun-beacon-")
+        os.unlink(path)
+    os.ftruncate(fd, SIZE)
+    return fd
+
+
+class Beacon:
+    """Four doubles in shared memory, written by one worker, read by the runner.
+
+    The memory is a small file mapped by both: the runner makes it, and hands
+    its descriptor (:attr:`fd`) to the worker, which maps it with :meth:`attach`
+    (a forked worker inherits the mapping itself).
+    """
+
+    def __init__(self, fd: int | None = None) -> None:
+        self.fd: int | None = _shared_file() if fd is None else fd
+        self._map = mmap.mmap(self.fd, SIZE)
+        self.array = memoryview(self._map).cast("d")
+
+    @classmethod
+    def attach(cls, fd: int) -> Beacon:
+        """In the worker: map the beacon the runner made, given its descriptor (closed once mapped)."""
+        beacon = cls(fd)
+        beacon.release_fd()
+        return beacon
+
+    def release_fd(self) -> None:
+        """Close the descriptor once the worker has its own (the mapping stays)."""
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
     # ------------------------------------------------------------------ worker side
     def took(self, taken: int, running: bool, output_from: int = 0) -> None:

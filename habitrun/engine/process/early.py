@@ -13,39 +13,41 @@ from __future__ import annotations
 
 import subprocess
 
-from habitrun.engine.process.forkserver import PrivateForkServer
+from habitrun.engine.process.forkserver import ForkServer
 
 DEFAULT_THREADS = 1  # RunPolicy.worker_threads' default (not imported: that costs pydantic)
 
-_early: tuple[tuple[str, ...], int, PrivateForkServer] | None = None
+_early: tuple[tuple[str, ...], int, ForkServer] | None = None
 
 
 def start(preload: tuple[str, ...] | None = None, threads: int = DEFAULT_THREADS) -> None:
     """Boot a fork server preloading ``preload`` (default: the base one) with ``threads`` caps, not waiting."""
-    from habitrun.engine.process.spawner import BASE_PRELOAD, _server_environment
+    from habitrun.engine.process.spawner import BASE_PRELOAD, server_env
 
     global _early
     discard()
     preload = BASE_PRELOAD if preload is None else preload
-    server = PrivateForkServer()
-    server.set_forkserver_preload(list(preload))
+    server = ForkServer(preload, (), server_env(threads))
     try:
-        with _server_environment(threads, ()):
-            server.ensure_running()
+        server.start()
     except OSError:
         return  # the runner starts its own and reports why it cannot
     _early = (preload, threads, server)
 
 
-def adopt(preload: tuple[str, ...], threads: int) -> PrivateForkServer | None:
+def booted() -> ForkServer | None:
+    """The early server, while nobody has adopted or discarded it."""
+    return None if _early is None else _early[2]
+
+
+def adopt(preload: tuple[str, ...], threads: int) -> ForkServer | None:
     """The early server, if it was started for exactly these preloads and caps and still runs."""
     global _early
     if _early is None or _early[:2] != (preload, threads):
         return None
     server = _early[2]
     _early = None
-    popen = server._popen
-    if popen is None or popen.poll() is not None:
+    if not server.alive():
         _kill(server)
         return None
     return server
@@ -59,11 +61,8 @@ def discard() -> None:
         _kill(early[2])
 
 
-def _kill(server: PrivateForkServer) -> None:
-    popen = server._popen
-    if popen is not None and popen.poll() is None:
-        popen.kill()
+def _kill(server: ForkServer) -> None:
     try:
-        server._stop()
+        server.kill()
     except (OSError, ChildProcessError, subprocess.SubprocessError):
         pass

@@ -1,110 +1,105 @@
-"""A private fork server in its own session, which ends quietly with the runner.
+"""habitrun's own fork server: an interpreter that imports the workers' code once, then forks a worker per request.
 
-The standard library's server shares the runner's process group, so a
-terminal's Ctrl-C (SIGINT to the whole foreground group) reached it and every
-worker it was forking: a worker still starting died of it, and the server
-printed a ``KeyboardInterrupt`` from inside its imports. Ours starts in a
-session of its own (``setsid``); its workers inherit that and then lead
-groups of their own, so only the runner decides how they stop.
+Built on public ground only (``os.fork``, ``socket.send_fds``/``recv_fds`` over
+an AF_UNIX socket pair, ``os.pidfd_open``), not on multiprocessing's server.
 
-When the runner is SIGKILLed in the middle of a fork request, the stdlib
-loop dies on ``EOFError`` in ``recvfds`` with a traceback on the console;
-``main`` here exits quietly instead once its parent is gone. Its lifeline is
-unchanged: the runner holds the write end of the server's "alive" pipe, and
-the server exits when that closes.
-
-The server says when its preloaded imports are done (a byte on a "ready"
-pipe), so the runner can keep forking from a server it already has while a
-new one boots, instead of waiting most of a second for it.
+- **Its own session** (``setsid``): a terminal's Ctrl-C (SIGINT to the foreground
+  group) reaches the runner alone, never the server or a worker it is forking.
+- **One socket pair** is the whole link: the runner sends a request (a pickled
+  ``(target, args)`` and the descriptors the child needs); the server forks,
+  opens a pidfd for the child at once (before it can reap it: only its own loop
+  reaps, later) and answers with the PID, that pidfd and the read end of a pipe
+  on which it writes the child's exit code when it reaps it. The runner's end
+  closing (its exit, or its death by SIGKILL) ends the server quietly.
+- **Ready**: the server writes a byte on a "ready" pipe once its preloaded
+  imports are done, so the runner can keep forking from a server it already has
+  while a new one boots.
+- **A quick exit**: at its first line the server registers an ``atexit``
+  handler that ends the process with ``os._exit``; handlers run last in, first
+  out (documented), so every handler its preloaded modules registered runs
+  first, and then the interpreter's teardown of those modules is skipped.
 """
 
 from __future__ import annotations
 
 import atexit
+import json
 import os
+import pickle
 import select
+import signal
 import socket
+import struct
 import subprocess
 import sys
-import time
-from multiprocessing import connection, forkserver, resource_tracker, spawn, util
+import threading
+import traceback
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-PARENT_GONE_WAIT_SEC = 1.0  # how long an error in the server may wait to see its parent go
+from habitrun.engine.process import bootstrap
+from habitrun.engine.process.children import STATUS, ServedChild, open_own_pidfd, readable
+
+SERVE = "from habitrun.engine.process.forkserver import serve; serve()"
 STOP_WAIT_SEC = 10.0  # how long the runner waits for a stopped server before killing it
+MAX_REQUEST = 1 << 16  # a request is a pickled (target, args): a worker's is well under a kilobyte
+MAX_FDS = 16
+REPLY = struct.Struct("q")  # the child's PID, or -1 followed by why it could not be forked
+
+_exit_status = 1  # what the server's last atexit handler exits with; 0 once it ends as asked
 
 
-def _parent_gone(parent_pid: int, alive_r: int) -> bool:
-    """The runner has died (or is dying): reparented, or the alive pipe is at end-of-file."""
-    deadline = time.monotonic() + PARENT_GONE_WAIT_SEC
-    while True:
-        if os.getppid() != parent_pid:
-            return True
-        try:
-            if connection.wait([alive_r], 0) and os.read(alive_r, 1) == b"":
-                return True
-        except OSError:
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.02)
+class ForkServerGone(OSError):
+    """The fork server has ended (or cannot be reached): it forks nothing more."""
 
 
-def main(listener_fd: int, alive_r: int, preload: list[str], parent_pid: int = 0, ready_fd: int = -1,
-         main_path: str | None = None, sys_path: list[str] | None = None) -> None:
-    """The stdlib server loop; an error caused by the runner's death ends it without a word."""
-    try:
-        if sys_path:
-            sys.path[:0] = [p for p in sys_path if p not in sys.path]
-        for name in preload:  # what the stdlib loop would import first; then say we are ready
-            try:
-                __import__(name)
-            except ImportError:
-                pass
-        if ready_fd >= 0:
-            os.write(ready_fd, b"r")
-            os.close(ready_fd)
-        try:
-            forkserver.main(listener_fd, alive_r, preload, main_path, sys_path)
-        except SystemExit as done:  # the runner closed the alive pipe: it waits for this exit
-            _exit_quickly(done.code)
-    except SystemExit:
-        raise
-    except BaseException:
-        if _parent_gone(parent_pid, alive_r):
-            os._exit(0)
-        raise
+# ---------------------------------------------------------------------------- the runner's side
+class ForkServer:
+    """A fork server preloading ``preload`` (importable through ``search_path`` and the runner's path)."""
 
-
-def _exit_quickly(code: object) -> None:
-    """Exit as a normal exit would (``atexit`` handlers run, output flushed) but without the
-    interpreter's teardown of every preloaded module: the runner reaps the server at the end of
-    each run, and that teardown was most of the wait."""
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            if stream is not None:
-                stream.flush()
-        except (OSError, ValueError):
-            raise SystemExit(code) from None  # let Python's shutdown report it as it always does
-    os._exit(code if isinstance(code, int) else (0 if code is None else 1))
-
-
-class PrivateForkServer(forkserver.ForkServer):
-    """A fork server of our own: started with ``setsid`` and the quiet ``main`` above."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._popen: subprocess.Popen[bytes] | None = None
+    def __init__(self, preload: Sequence[str], search_path: Sequence[str] = (),
+                 env: Mapping[str, str] | None = None) -> None:
+        self.preload = tuple(preload)
+        self.search_path = tuple(search_path)
+        self.env = dict(os.environ if env is None else env)
+        self.popen: subprocess.Popen[bytes] | None = None
+        self.control: socket.socket | None = None  # the runner's end of the socket pair
         self._ready_r: int | None = None
         self._ready = False
+        self._lock = threading.Lock()  # one request and its answer at a time
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.popen is None else self.popen.pid
+
+    def start(self) -> None:
+        """Start the server (not waiting for its imports); raises OSError when it cannot start."""
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        ready_r, ready_w = os.pipe()
+        try:
+            args = bootstrap.command(SERVE, str(theirs.fileno()), str(ready_w), json.dumps(self.preload),
+                                     json.dumps([*self.search_path, *sys.path]))
+            self.popen = subprocess.Popen(args, executable=args[0], pass_fds=(theirs.fileno(), ready_w),
+                                          start_new_session=True, stdin=subprocess.DEVNULL, env=self.env)
+        except BaseException:
+            mine.close()
+            os.close(ready_r)
+            raise
+        finally:
+            theirs.close()
+            os.close(ready_w)
+        self.control, self._ready_r, self._ready = mine, ready_r, False
+
+    def alive(self) -> bool:
+        """It has been started and has not ended."""
+        return self.popen is not None and self.popen.poll() is None and self.control is not None
 
     def ready(self) -> bool:
         """Its preloaded imports are done. False while it boots, and for good if it died booting
         (a preloaded module that breaks the server must not stop workers from starting)."""
         if self._ready_r is None:
             return self._ready
-        if connection.wait([self._ready_r], 0):
+        if readable(self._ready_r, 0):
             try:
                 self._ready = os.read(self._ready_r, 1) == b"r"
             except OSError:
@@ -113,73 +108,46 @@ class PrivateForkServer(forkserver.ForkServer):
             self._ready_r = None
         return self._ready
 
-    def ensure_running(self) -> None:
+    def fork(self, target: Callable[..., Any], args: tuple[Any, ...], fds: Sequence[int]) -> ServedChild:
+        """A child running ``target(fds, *args)`` (with its own copies of ``fds``); raises OSError if none."""
+        payload = pickle.dumps((target, args))
         with self._lock:
-            resource_tracker.ensure_running()
-            if self._popen is not None:
-                if self._popen.poll() is None:
-                    return
-                self._forget()
-            data: dict[str, Any] = {}
-            if self._preload_modules:
-                prep = spawn.get_preparation_data("ignore")
-                data = {k: v for k, v in prep.items() if k in ("main_path", "sys_path")}
-            with socket.socket(socket.AF_UNIX) as listener:
-                address = connection.arbitrary_address("AF_UNIX")
-                listener.bind(address)
-                if not util.is_abstract_socket_namespace(address):
-                    os.chmod(address, 0o600)
-                listener.listen()
-                alive_r, alive_w = os.pipe()  # the runner holds alive_w: its death ends the server
-                ready_r, ready_w = os.pipe()
-                try:
-                    cmd = (f"from habitrun.engine.process.forkserver import main; "
-                           f"main({listener.fileno()}, {alive_r}, {self._preload_modules!r}, "
-                           f"parent_pid={os.getpid()}, ready_fd={ready_w}, **{data!r})")
-                    exe = spawn.get_executable()
-                    args = [exe, *util._args_from_interpreter_flags(), "-c", cmd]
-                    self._popen = subprocess.Popen(args, executable=exe,
-                                                   pass_fds=(listener.fileno(), alive_r, ready_w),
-                                                   start_new_session=True, close_fds=True)
-                except BaseException:
-                    os.close(alive_w)
-                    os.close(ready_r)
-                    raise
-                finally:
-                    os.close(alive_r)
-                    os.close(ready_w)
-                self._ready_r, self._ready = ready_r, False
-                self._forkserver_address = address
-                self._forkserver_alive_fd = alive_w
-                self._forkserver_pid = self._popen.pid
+            control = self.control
+            if control is None:
+                raise ForkServerGone("the fork server is stopped")
+            try:
+                socket.send_fds(control, [payload], list(fds))
+                reply, got, _, _ = socket.recv_fds(control, 4096, 2)
+            except OSError as exc:
+                raise ForkServerGone(f"the fork server (pid {self.pid}) is gone: {exc}") from None
+        if len(reply) < REPLY.size:
+            for fd in got:
+                os.close(fd)
+            raise ForkServerGone(f"the fork server (pid {self.pid}) ended")
+        pid = REPLY.unpack_from(reply)[0]
+        if pid < 0:
+            raise OSError(reply[REPLY.size:].decode(errors="replace"))
+        return ServedChild(pid, got[0], got[1] if len(got) > 1 else None)
 
-    def _forget(self) -> None:
+    def stop(self) -> None:
+        """Ask it to end (its exit handlers run), reap it; killed if it has not ended in STOP_WAIT_SEC."""
+        with self._lock:
+            control, self.control = self.control, None
+        if control is not None:
+            control.close()  # end-of-file: the server's loop ends
         if self._ready_r is not None:
             os.close(self._ready_r)
             self._ready_r = None
-        if self._forkserver_alive_fd is not None:
-            os.close(self._forkserver_alive_fd)
-        address = self._forkserver_address
-        if address and not util.is_abstract_socket_namespace(address):
-            try:
-                os.unlink(address)
-            except OSError:
-                pass
-        self._forkserver_address = None
-        self._forkserver_alive_fd = None
-        self._forkserver_pid = None
-
-    def _stop_unlocked(self) -> None:
-        if self._popen is None:
-            return
-        popen, self._popen = self._popen, None
-        alive, self._forkserver_alive_fd = self._forkserver_alive_fd, None
-        if alive is not None:
-            os.close(alive)  # asks the server to stop
-        if not _wait_exit(popen, STOP_WAIT_SEC):
+        popen, self.popen = self.popen, None
+        if popen is not None and not _wait_exit(popen, STOP_WAIT_SEC):
             popen.kill()
             popen.wait()
-        self._forget()
+
+    def kill(self) -> None:
+        """End it at once (it never forked a worker, or nothing it has is worth waiting for)."""
+        if self.popen is not None and self.popen.poll() is None:
+            self.popen.kill()
+        self.stop()
 
 
 def _wait_exit(popen: subprocess.Popen[bytes], timeout: float) -> bool:
@@ -189,12 +157,12 @@ def _wait_exit(popen: subprocess.Popen[bytes], timeout: float) -> bool:
     with growing sleeps, which cost a run's end 8-16 ms after the server had gone.
     """
     try:
-        pidfd = os.pidfd_open(popen.pid)
+        pidfd = os.pidfd_open(popen.pid)  # our child, not waited for yet: still that process
     except (AttributeError, OSError):  # not Linux >= 5.3, or already reaped
         pidfd = None
     if pidfd is not None:
         try:
-            select.select([pidfd], [], [], timeout)
+            readable(pidfd, timeout)
         finally:
             os.close(pidfd)
     try:
@@ -202,3 +170,152 @@ def _wait_exit(popen: subprocess.Popen[bytes], timeout: float) -> bool:
     except subprocess.TimeoutExpired:
         return False
     return True
+
+
+# ---------------------------------------------------------------------------- the server's side
+def _leave_now() -> None:
+    """Registered first, so run last of the exit handlers: flush, and exit without the teardown."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(_exit_status)
+
+
+def _ignore(*_: Any) -> None:
+    """SIGCHLD's handler: the signal only wakes the loop (through the wakeup fd)."""
+
+
+class _Server:
+    """The server's loop: fork on request, reap children, report each one's exit code."""
+
+    def __init__(self, control: socket.socket) -> None:
+        self.control = control
+        self.wake_r, self.wake_w = os.pipe()
+        for fd in (self.wake_r, self.wake_w):
+            os.set_blocking(fd, False)
+        self.statuses: dict[int, int] = {}  # child pid -> the pipe its exit code goes down
+
+    def run(self) -> None:
+        signal.set_wakeup_fd(self.wake_w)
+        signal.signal(signal.SIGCHLD, _ignore)
+        poller = select.poll()
+        poller.register(self.control, select.POLLIN)
+        poller.register(self.wake_r, select.POLLIN)
+        while True:
+            for fd, _ in poller.poll():
+                if fd == self.wake_r:
+                    self._drain_wake()
+                    self._reap()
+                elif not self._serve_one():
+                    return
+
+    def _drain_wake(self) -> None:
+        try:
+            while os.read(self.wake_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            fd = self.statuses.pop(pid, None)
+            if fd is not None:
+                try:
+                    os.write(fd, STATUS.pack(os.waitstatus_to_exitcode(status)))
+                except OSError:
+                    pass
+                os.close(fd)
+
+    def _serve_one(self) -> bool:
+        """Answer one request; False once the runner's end has closed."""
+        request, fds, flags, _ = socket.recv_fds(self.control, MAX_REQUEST, MAX_FDS)
+        try:
+            if not request:
+                return False
+            if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+                self._refuse("the request was too large")
+                return True
+            try:
+                target, args = pickle.loads(request)
+            except Exception as exc:  # noqa: BLE001 - answered, the runner reports it
+                self._refuse(f"cannot read the request: {exc!r}")
+                return True
+            self._fork(target, args, fds)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        return True
+
+    def _refuse(self, why: str) -> None:
+        self.control.send(REPLY.pack(-1) + why.encode())
+
+    def _fork(self, target: Callable[..., Any], args: tuple[Any, ...], fds: list[int]) -> None:
+        status_r, status_w = os.pipe()
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            os.close(status_r)
+            os.close(status_w)
+            self._refuse(f"cannot fork: {exc}")
+            return
+        if pid == 0:
+            try:
+                self._become_child(status_r, status_w)
+            except BaseException:  # noqa: BLE001 - the child must never return into the server's loop
+                traceback.print_exc()
+                os._exit(1)
+            bootstrap.run_request(target, fds, args)  # never returns
+        pidfd = open_own_pidfd(pid)  # before any reap: only this loop reaps, and not before this returns
+        self.statuses[pid] = status_w  # kept until the child is reaped: its exit code goes down it
+        try:
+            socket.send_fds(self.control, [REPLY.pack(pid)], [status_r] if pidfd is None else [status_r, pidfd])
+        finally:
+            os.close(status_r)
+            if pidfd is not None:
+                os.close(pidfd)
+
+    def _become_child(self, status_r: int, status_w: int) -> None:
+        """In the child: none of the server's descriptors or signal handling."""
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        self.control.close()
+        for fd in (self.wake_r, self.wake_w, status_r, status_w, *self.statuses.values()):
+            os.close(fd)
+
+
+def serve() -> None:
+    """The server process: ``argv`` = control socket fd, ready fd, preload (JSON), sys.path (JSON)."""
+    global _exit_status
+    atexit.register(_leave_now)  # first registered, so last run: after the preloaded modules' handlers
+    control_fd, ready_fd, preload, search_path = sys.argv[1:]
+    del sys.argv[1:]  # its children see ``sys.argv == ["-c"]``, not the server's plumbing
+    control = socket.socket(fileno=int(control_fd))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # its session gets no Ctrl-C; a stray one changes nothing
+    bootstrap.add_search_path(json.loads(search_path))
+    for name in json.loads(preload):
+        try:
+            __import__(name)
+        except Exception:  # noqa: BLE001, S112 - a worker imports it again and reports what is wrong
+            continue
+    try:
+        os.write(int(ready_fd), b"r")
+    except OSError:
+        pass  # the runner stopped waiting for it (it stopped this server while it booted)
+    os.close(int(ready_fd))
+    server = _Server(control)
+    try:
+        server.run()
+    except OSError:
+        pass  # the runner died in the middle of a request (EPIPE, ECONNRESET): nothing to tell anyone
+    _exit_status = 0
+    sys.exit(0)

@@ -6,11 +6,11 @@ import os
 import signal
 from collections import deque
 from multiprocessing.connection import Connection
-from multiprocessing.process import BaseProcess
 from typing import Any
 
 from habitrun.engine.contract import OperatorRef, SubjectTask
 from habitrun.engine.process.beacon import Beacon
+from habitrun.engine.process.children import WorkerProcess
 from habitrun.engine.process.memory import Watched
 from habitrun.engine.process.phases import WorkerPhase, check_move
 from habitrun.engine.process.protocol import TERMINATE, FrameReader, dumps, frame, write_all
@@ -28,9 +28,10 @@ DEAD = WorkerPhase.DEAD
 def signal_group(worker: WorkerHandle, sig: int) -> None:
     """Signal the worker's process group (it and everything its subject started).
 
-    Only through the worker's pidfd, so a recycled PID is never hit (see
-    :mod:`habitrun.launcher.signalling`); a worker whose pidfd could not be
-    opened had already gone, and is left alone.
+    Only through the pidfd the worker came with (opened before it could be
+    reaped: see :mod:`~habitrun.engine.process.children`), so a recycled PID is
+    never hit (see :mod:`habitrun.launcher.signalling`); a worker without one
+    on a system that has pidfds is left alone.
     """
     if worker.pidfd is None and HAVE_PIDFD:
         return
@@ -47,7 +48,7 @@ class WorkerHandle:
     :meth:`move`, along :data:`~habitrun.engine.process.phases.TRANSITIONS`.
     """
 
-    def __init__(self, slot: int, proc: BaseProcess, conn: Connection, watched: Watched, now: float,
+    def __init__(self, slot: int, proc: WorkerProcess, conn: Connection, watched: Watched, now: float,
                  beacon: Beacon) -> None:
         self.slot = slot
         self.proc = proc
@@ -59,8 +60,8 @@ class WorkerHandle:
         self.frames = FrameReader()  # replies that arrived in part
         self.reading = True  # its replies are watched: the pipe has not ended
         self.writable = True  # no write to it has failed
-        self.pid: int = proc.pid  # type: ignore[assignment]
-        self.pidfd = launcher_signalling.open_pidfd(self.pid)  # the only way we signal it
+        self.pid: int = proc.pid
+        self.pidfd = proc.pidfd  # the only way we signal it; never re-opened from the bare PID
         self.watched = watched
         self.op: OperatorRef | None = None  # the operator of its last BIND
         self.bind_until: float | None = None  # a BIND awaits its answer until then (inf: no limit)

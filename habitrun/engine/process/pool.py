@@ -177,6 +177,7 @@ class WorkerPool:
             pass
         worker.proc.join(timeout=1.0)
         write_death_log(worker, self.log_max_bytes)
+        worker.proc.close()
         if worker.scratch_path:
             try:
                 os.unlink(worker.scratch_path)

@@ -49,7 +49,6 @@ from habitrun.engine.process.outbox import Outbox
 from habitrun.engine.process.reaper import after_subject, become_subreaper, kill_below, snapshot
 from habitrun.engine.process.threads import apply_thread_caps
 from habitrun.errors import HabitrunError
-from habitrun.launcher.lifeline import close_forkserver_alive_fd
 
 PR_SET_PDEATHSIG = 1
 
@@ -100,7 +99,6 @@ def _prepare(config: WorkerConfig) -> None:
             os.close(fd)
         except OSError:
             pass
-    close_forkserver_alive_fd()
     apply_thread_caps(config.threads)
     if config.cuda_device is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = config.cuda_device
@@ -169,6 +167,11 @@ def _leave(conn: Connection, inbox: Inbox, outbox: Outbox) -> NoReturn:
     sys.stderr.flush()
     conn.close()
     os._exit(0)
+
+
+def served_worker(fds: list[int], config: WorkerConfig) -> None:
+    """Entry of a worker forked by the fork server or spawned: ``fds`` = its pipe to the runner, its beacon."""
+    worker_main(Connection(fds[0]), config, Beacon.attach(fds[1]))
 
 
 def worker_main(conn: Connection, config: WorkerConfig, beacon: Beacon) -> None:
