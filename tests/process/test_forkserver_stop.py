@@ -118,4 +118,5 @@ def test_the_worker_handle_signals_through_the_pidfd_the_fork_server_sent(make_b
     worker.kill()
     worker.proc.join(10)
     assert worker.proc.exitcode == -signal.SIGKILL
-    assert (worker.pidfd, 0) in sent  # the group was signalled only once the pidfd showed the worker unreaped
+    assert sent and {fd for fd, _ in sent} == {worker.pidfd}, sent  # through the server's pidfd, never a number
+    assert signal.SIGKILL in {sig for _, sig in sent}
