@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from habitrun.cli.text import esc
+from habitrun.engine.cohort import PARTIAL_COHORT, Cohort
 from habitrun.engine.run_summary import FailureLine, RunSummary
 
 MAX_FAILURES_SHOWN = 20
@@ -61,6 +62,23 @@ def print_outputs(console: Console, summary: RunSummary) -> None:
         console.print(f"  files in {esc(Path(folder))}: {esc(', '.join(shown))}{more}", highlight=False)
 
 
+def cohort_line(cohort: Cohort, members: dict[str, int]) -> str | None:
+    """``40 found → 1 incomplete (missing mask: S003) → 39 in the run → collect took 38``; None when
+    every subject found is in the run and every collect/train stage took them all."""
+    short = {name: n for name, n in members.items() if n < cohort.in_run}
+    if not (cohort.incomplete or cohort.excluded or short):
+        return None
+    took = "".join(f" → {name} took {n}" for name, n in members.items())
+    return f"{cohort.flow_text()}{took}"
+
+
+def print_cohort(console: Console, summary: RunSummary) -> None:
+    """Who is not in the run and why (subject ids escaped)."""
+    line = cohort_line(summary.cohort, summary.members) if summary.cohort is not None else None
+    if line is not None:
+        console.print(f"[yellow]cohort:[/] {esc(line)}", highlight=False)
+
+
 def print_failures(console: Console, lines: list[FailureLine], title: str, recipe_arg: str) -> None:
     if not lines:
         return
@@ -104,9 +122,12 @@ def print_summary(console: Console, summary: RunSummary, *, recipe_arg: str, ret
                       f"[red]{c.failed}[/]" if c.failed else "0",
                       f"[yellow]{c.skipped}[/]" if c.skipped else "0")
     console.print(table)
+    print_cohort(console, summary)
     print_outputs(console, summary)
-    new = [f for f in summary.failures if not f.recorded]
+    new = [f for f in summary.failures if not f.recorded and f.kind != PARTIAL_COHORT]
     print_failures(console, new, f"[red]{len(new)} failed subject(s):[/]", recipe_arg)
+    for refused in (f for f in summary.failures if f.kind == PARTIAL_COHORT):
+        console.print(f"[red]refused:[/] {esc(refused.error)}", highlight=False)
     print_recorded(console, summary, recipe_arg, retry_command)
     console.print(f"run folder: {esc(summary.run.path)}", highlight=False)
     if summary.outcome == "interrupted":

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from habitrun.engine.backend_choice import BackendPool
+from habitrun.engine.cohort import Cohort
 from habitrun.engine.control import StopFlag
 from habitrun.engine.event_stream import EventStream, Observer
 from habitrun.engine.events import CheckpointCleared, RunFinished, RunStarted, RunWarning, Stopping
@@ -169,6 +170,8 @@ class StudyRunner:
         self.current_stage: StageSpec | None = None
         self.current_backend: Any = None
         self.recomputing: set[str] = set()  # stages recomputing unreadable stored results
+        self.cohort = Cohort.of(subjects)  # who was found, left out before the run and why
+        self.refused: list[str] = []  # group stages refused on a partial cohort (require_complete_cohort)
 
     @property
     def plans(self) -> dict[str, StagePlan]:
@@ -266,7 +269,7 @@ class StudyRunner:
             recipe_path=self.source_path,
             argv=self.argv,
             provenance=provenance,
-            reserve=RESERVE_BYTES + 512 * len(self.recipe.stages),  # the end's summary has a line per stage
+            reserve=RESERVE_BYTES + 1024 * len(self.recipe.stages),  # the end's summary: lines per stage
         )
         self.events.attach(self.run)
         self.write_found_subjects()
@@ -301,6 +304,10 @@ class StudyRunner:
 
     def write_found_subjects(self) -> None:
         """Subjects found on disk: the table this run used goes into its folder."""
+        try:
+            self.cohort.write(self.run.path)
+        except OSError as exc:
+            raise StoreError(f"cannot write {self.run.path}: {exc}") from None
         report = getattr(self.subjects, "discovery", None)
         if report is None:
             return
@@ -357,7 +364,8 @@ class StudyRunner:
         }
         self.events.emit(RunFinished(outcome=outcome, exit_code=exit_code, **summary))
         try:
-            self.run.finish(outcome, summary)
+            self.run.finish(outcome, {**summary, "members": self.members(),  # the cohort each group stage took
+                                      **({"cohort_refused": self.refused} if self.refused else {})})
             self.run.events.close()
         except OSError as exc:  # the disk filled at the very end
             self.write_failure.note(self.run.path, exc)
@@ -365,7 +373,8 @@ class StudyRunner:
         if error is not None:
             raise error
         return RunSummary(self.run, outcome, exit_code, self.counts, self.failures, self.stop.reason,
-                          self.warnings, self.group_results, self.outputs())
+                          self.warnings, self.group_results, self.outputs(), cohort=self.cohort,
+                          members=self.members())
 
     def raise_if_unwritable(self, started: float) -> None:
         """A write failed: record what can still be recorded, then the run-level error (exit 2)."""
@@ -406,6 +415,11 @@ class StudyRunner:
                 key = plan.keys[GROUP_SUBJECT]
                 out[stage.name] = self.store.results([key]).get(key)
         return out
+
+    def members(self) -> dict[str, int]:
+        """Each collect/train stage planned in this run that takes subjects -> how many it takes."""
+        return {stage.name: len(self.plans[stage.name].members) for stage in self.selected
+                if stage.kind != "map" and stage.name in self.plans and self.plans[stage.name].members}
 
     def outputs(self) -> dict[str, str]:
         """Each collect/train stage that is done -> the work folder its files are in."""
