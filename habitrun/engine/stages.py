@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from habitrun.engine.events import RunWarning, StageFinished, StageStarted, SubjectSkipped
 from habitrun.engine.cohort import PARTIAL_COHORT, missing_from, refusal_text
+from habitrun.engine.events import RunWarning, StageFinished, StageStarted, SubjectSkipped
 from habitrun.engine.ledger import StageLedger
 from habitrun.engine.map_stage import run_on_backend
 from habitrun.engine.run_summary import FailureLine, StageCounts
