@@ -31,15 +31,14 @@ from habitrun.cli.plan import (
     store_notes,
 )
 from habitrun.cli.runhome import check_run_home
-from habitrun.cli.summary import cohort_line
 from habitrun.cli.text import command, esc
 from habitrun.cli.text import human as fmt
-from habitrun.engine.cohort import Cohort
 from habitrun.errors import EXIT_FAILED_SUBJECTS, EXIT_OK, EXIT_USAGE, StoreError
 from habitrun.planner.opening import subjects_and_store
 from habitrun.planner.plan import Plan, SubjectStatus, plan_study
 from habitrun.spec.loader import LoadedRecipe, load_recipe
 from habitrun.store.checkpoint import CheckpointStore
+from habitrun.store.cohort import Cohort
 from habitrun.store.lock import default_lock_path, holder_alive, read_holder
 from habitrun.store.runs import DISK_FULL, UNWRITABLE, RunFolder, latest_run
 from habitrun.store.trace import latest_by_key, stage_stats
@@ -373,7 +372,7 @@ def print_cohort_status(console: Console, shown: Shown) -> None:
     """The cohort line (who is not in the run and why) and any stage refused on a partial cohort."""
     if shown.cohort is None:
         return
-    line = cohort_line(shown.cohort, group_members(shown.plan))
+    line = shown.cohort.line(group_members(shown.plan))
     if line is not None:
         console.print(f"[yellow]cohort:[/] {esc(line)}", highlight=False)
     for message in (shown.info.get("summary") or {}).get("cohort_refused") or []:

@@ -12,8 +12,8 @@ from rich.console import Console
 from rich.table import Table
 
 from habitrun.cli.text import esc
-from habitrun.engine.cohort import PARTIAL_COHORT, Cohort
 from habitrun.engine.run_summary import FailureLine, RunSummary
+from habitrun.store.cohort import PARTIAL_COHORT
 
 MAX_FAILURES_SHOWN = 20
 MAX_FILES_SHOWN = 5
@@ -62,19 +62,9 @@ def print_outputs(console: Console, summary: RunSummary) -> None:
         console.print(f"  files in {esc(Path(folder))}: {esc(', '.join(shown))}{more}", highlight=False)
 
 
-def cohort_line(cohort: Cohort, members: dict[str, int]) -> str | None:
-    """``40 found → 1 incomplete (missing mask: S003) → 39 in the run → collect took 38``; None when
-    every subject found is in the run and every collect/train stage took them all."""
-    short = {name: n for name, n in members.items() if n < cohort.in_run}
-    if not (cohort.incomplete or cohort.excluded or short):
-        return None
-    took = "".join(f" → {name} took {n}" for name, n in members.items())
-    return f"{cohort.flow_text()}{took}"
-
-
 def print_cohort(console: Console, summary: RunSummary) -> None:
     """Who is not in the run and why (subject ids escaped)."""
-    line = cohort_line(summary.cohort, summary.members) if summary.cohort is not None else None
+    line = summary.cohort.line(summary.members) if summary.cohort is not None else None
     if line is not None:
         console.print(f"[yellow]cohort:[/] {esc(line)}", highlight=False)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from habitrun.engine.cohort import Cohort
+from habitrun.store.cohort import Cohort
 from habitrun.store.runs import RunFolder
 
 

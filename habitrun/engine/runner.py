@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from habitrun.engine.backend_choice import BackendPool
-from habitrun.engine.cohort import Cohort
 from habitrun.engine.control import StopFlag
 from habitrun.engine.event_stream import EventStream, Observer
 from habitrun.engine.events import CheckpointCleared, RunFinished, RunStarted, RunWarning, Stopping
@@ -39,6 +38,7 @@ from habitrun.spec.loader import LoadedRecipe
 from habitrun.spec.recipe import StageSpec
 from habitrun.spec.subjects import SubjectRow, load_subjects, rows_by_id
 from habitrun.store.checkpoint import CheckpointStore
+from habitrun.store.cohort import Cohort
 from habitrun.store.folders import ensure_folder, folder_error
 from habitrun.store.guard import empty_store_file
 from habitrun.store.journal import JOURNAL_FILE, RunJournal, read_journal

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from habitrun.engine.cohort import PARTIAL_COHORT, missing_from, refusal_text
 from habitrun.engine.events import RunWarning, StageFinished, StageStarted, SubjectSkipped
 from habitrun.engine.ledger import StageLedger
 from habitrun.engine.map_stage import run_on_backend
@@ -23,6 +22,7 @@ from habitrun.planner.plan import GROUP_SUBJECT, StagePlan, SubjectStatus
 from habitrun.spec.recipe import StageSpec
 from habitrun.spec.subjects import subject_ids
 from habitrun.store.checkpoint import UnreadableResults
+from habitrun.store.cohort import PARTIAL_COHORT, missing_from, refusal_text
 
 if TYPE_CHECKING:
     from habitrun.engine.runner import StudyRunner

@@ -6,9 +6,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from habitrun.engine.cohort import Cohort
 from habitrun.spec.loader import LoadedRecipe
 from habitrun.store.checkpoint import CheckpointStore
+from habitrun.store.cohort import Cohort
 from habitrun.store.runs import RunFolder
 from habitrun.store.trace import COL, stage_stats
 

@@ -138,7 +138,7 @@ def _cohort(data: ReportData) -> str:
     """The cohort line: found → incomplete (why, who) → excluded → in the run → what each collect/train took."""
     if data.cohort is None:
         return ""
-    flow = data.cohort.flow_text() + "".join(f" → {name} took {n}" for name, n in data.members.items())
+    flow = data.cohort.line(data.members) or data.cohort.flow_text()
     out = [f'<p id="cohort"><b>cohort</b>: {esc(flow)}</p>']
     out.extend(f'<p class="muted">refused: {esc(message)}</p>' for message in data.refused)
     return "".join(out)

@@ -91,6 +91,13 @@ class Cohort:
         steps.append(f"{self.in_run} in the run")
         return " → ".join(steps)
 
+    def line(self, members: dict[str, int]) -> str | None:
+        """The flow and how many subjects each collect/train stage took (``→ table took 38``); None when
+        every subject found is in the run and every such stage took them all (nothing to account for)."""
+        if not (self.incomplete or self.excluded or any(n < self.in_run for n in members.values())):
+            return None
+        return self.flow_text() + "".join(f" → {name} took {n}" for name, n in members.items())
+
 
 def named(ids: Sequence[str], limit: int = NAMED) -> str:
     """``S1, S2, S3 ... and 4 more``."""
