@@ -27,7 +27,7 @@ from habitrun.engine.run_summary import FailureLine, RunSummary, StageCounts
 from habitrun.engine.selection import stages_for, unknown_ids
 from habitrun.engine.signals import exit_code_for, signal_name, stop_on_signals
 from habitrun.engine.stage_inputs import GROUP_FILE_NAME, StageInputs, group_workdir
-from habitrun.engine.stages import read_results, run_stage
+from habitrun.engine.stages import read_results, refusal, run_stage
 from habitrun.engine.stopnotice import StopNotices
 from habitrun.engine.write_failure import WriteFailure
 from habitrun.errors import EXIT_FAILED_SUBJECTS, EXIT_OK, StoreError, WorkerStartError
@@ -200,7 +200,13 @@ class StudyRunner:
             chain = set(previous.get("run_chain", [])) | {self.resumed_from.run_id}
         self.planner = StagePlanner(recipe=self.recipe, subjects=self.subjects, store=self.store, context=context,
                                     chain=chain, rerun_ids=rerun_ids)
-        return self.planner.plan_ahead(self.selected)
+        # A stored collect or train result over a partial cohort is refused too: the run happens to say so.
+        return self.planner.plan_ahead(self.selected) or self.cohort_refused_ahead()
+
+    def cohort_refused_ahead(self) -> bool:
+        """Whether a run with nothing to do would refuse a collect or train stage (require_complete_cohort)."""
+        return any(stage.name in self.plans and refusal(self, stage, self.plans[stage.name]) is not None
+                   for stage in self.selected)
 
     def warm_backend(self) -> None:
         """Start the first map or collect stage's backend booting its workers (see Backend.warm)."""

@@ -55,20 +55,25 @@ def run_stage(runner: StudyRunner, stage: StageSpec) -> None:
         runner.group_results[stage.name] = read_results(runner, stage.name, [key]).get(key)
 
 
+def refusal(runner: StudyRunner, stage: StageSpec, plan: StagePlan) -> str | None:
+    """Why ``require_complete_cohort`` refuses this collect or train stage (cached or not); None: it runs."""
+    if stage.kind == "map" or not runner.recipe.stage_policy(stage.name).require_complete_cohort:
+        return None
+    if plan.status.get(GROUP_SUBJECT) == SubjectStatus.BLOCKED:
+        return None  # already skipped: a group stage it needs is unavailable
+    takes_subjects = any(runner.recipe.stage(need).kind == "map" for need in stage.needs)
+    missing = missing_from(runner.cohort, subject_ids(runner.subjects), plan.members if takes_subjects else None)
+    return refusal_text(stage.name, missing) if missing else None
+
+
 def _refused(runner: StudyRunner, stage: StageSpec, plan: StagePlan) -> bool:
     """``require_complete_cohort``: a collect or train stage on a partial cohort fails without running.
 
     Its plan is marked blocked so the stages after it are skipped; nothing is stored,
     so a run on the complete cohort later runs it."""
-    if stage.kind == "map" or not runner.recipe.stage_policy(stage.name).require_complete_cohort:
+    message = refusal(runner, stage, plan)
+    if message is None:
         return False
-    if plan.status.get(GROUP_SUBJECT) == SubjectStatus.BLOCKED:
-        return False  # already skipped: a group stage it needs is unavailable
-    takes_subjects = any(runner.recipe.stage(need).kind == "map" for need in stage.needs)
-    missing = missing_from(runner.cohort, subject_ids(runner.subjects), plan.members if takes_subjects else None)
-    if not missing:
-        return False
-    message = refusal_text(stage.name, missing)
     plan.status[GROUP_SUBJECT] = SubjectStatus.BLOCKED
     plan.reasons[GROUP_SUBJECT] = [message]
     counts = runner.counts[stage.name] = StageCounts(total=len(plan.keys), failed=1)

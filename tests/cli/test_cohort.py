@@ -93,6 +93,14 @@ def test_require_complete_cohort_refuses_the_collect_and_lists_who_is_missing(tm
     assert status.returncode == 1 and refusal in status.stdout, status.stdout
 
 
+def test_a_collect_stored_over_a_partial_cohort_is_refused_once_the_policy_asks(tmp_path: Path):
+    study(tmp_path, ["S001", "S002"], ["S003"])
+    assert habitrun("run", "recipe.yaml", cwd=tmp_path).returncode == 0
+    again = habitrun("run", "recipe.yaml", "policy.require_complete_cohort=true", cwd=tmp_path)
+    assert again.returncode == 1, again.stdout + again.stderr  # not "nothing to run": the stored table is partial
+    assert "missing from the cohort: S003 (incomplete: missing mask)" in again.stdout, again.stdout
+
+
 def test_the_refusal_names_the_first_few_and_counts_the_rest(tmp_path: Path):
     missing = [f"M{i}" for i in range(8)]
     study(tmp_path, ["S001"], missing)
