@@ -19,6 +19,9 @@ def feat(subject):
 
 def table(results):
     return {"n": len(results), "ids": sorted(results)}
+
+def main():
+    raise SystemExit("a refused train stage never launches")
 '''
 
 RECIPE = """\
@@ -99,6 +102,20 @@ def test_a_collect_stored_over_a_partial_cohort_is_refused_once_the_policy_asks(
     again = habitrun("run", "recipe.yaml", "policy.require_complete_cohort=true", cwd=tmp_path)
     assert again.returncode == 1, again.stdout + again.stderr  # not "nothing to run": the stored table is partial
     assert "missing from the cohort: S003 (incomplete: missing mask)" in again.stdout, again.stdout
+
+
+def test_a_train_stage_refuses_too_and_the_map_stage_still_runs(tmp_path: Path):
+    recipe = study(tmp_path, ["S001", "S002"], ["S003"])
+    recipe.write_text(recipe.read_text().replace(
+        '{name: table, kind: collect, operator: "ops:table", needs: [feat]}',
+        '{name: fit, kind: train, entrypoint: "ops:main", needs: [feat]}'))
+    run = habitrun("run", "recipe.yaml", "policy.require_complete_cohort=true", cwd=tmp_path)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert ("refused: stage 'fit' not run: require_complete_cohort is on and 1 subject(s) are missing from the "
+            "cohort: S003 (incomplete: missing mask)") in run.stdout, run.stdout
+    assert "never launches" not in run.stdout + run.stderr
+    doc = json.loads(habitrun("status", "recipe.yaml", "--json", cwd=tmp_path).stdout)
+    assert doc["stages"]["feat"]["done"] == 2
 
 
 def test_the_refusal_names_the_first_few_and_counts_the_rest(tmp_path: Path):
