@@ -38,6 +38,7 @@ from habitrun.planner.opening import subjects_and_store
 from habitrun.planner.plan import Plan, SubjectStatus, plan_study
 from habitrun.spec.loader import LoadedRecipe, load_recipe
 from habitrun.store.checkpoint import CheckpointStore
+from habitrun.store.cohort import Cohort
 from habitrun.store.lock import default_lock_path, holder_alive, read_holder
 from habitrun.store.runs import DISK_FULL, UNWRITABLE, RunFolder, latest_run
 from habitrun.store.trace import latest_by_key, stage_stats
@@ -225,6 +226,7 @@ class Shown:
     notes: list[str]
     busy: dict[str, Any] | None = None  # another live holder of the store lock (a run starting, or gc)
     run_failed: list[dict[str, Any]] | None = None  # the run's own failures, when the store holds none now
+    cohort: Cohort | None = None  # who the run left out before it started, and why (its cohort.json)
 
     @property
     def exit_code(self) -> int:
@@ -249,6 +251,7 @@ def gather(loaded: LoadedRecipe, run: RunFolder, *, verify: bool) -> Shown:
             store.close()
     if outcome == "failed" and not shown.failed:
         shown.run_failed = run_failures(run, plan)
+    shown.cohort = Cohort.read(run.path)
     return shown
 
 
@@ -318,6 +321,7 @@ def as_document(shown: Shown, target: Path) -> dict[str, Any]:
         "resources": shown.stats,
         "unreadable": shown.damaged,
         "store_damage": shown.notes,
+        "cohort": cohort_document(shown),
     }
 
 
@@ -347,6 +351,32 @@ def print_run(console: Console, shown: Shown, target: Path) -> None:
             slowest.append(f"  slowest in {esc(name)}: {slow}")
         console.print("\n".join(slowest), highlight=False)
     print_package_changes(console, shown.plan)
+    print_cohort_status(console, shown)
+
+
+def group_members(plan: Plan) -> dict[str, int]:
+    """Each collect/train stage that takes subjects -> how many it takes now."""
+    return {s.name: len(s.members) for s in plan if s.is_group and s.members}
+
+
+def cohort_document(shown: Shown) -> dict[str, Any] | None:
+    """``cohort`` of `status --json`: found, incomplete (with what is missing), excluded, in the run,
+    what each collect/train stage takes, the stages refused on a partial cohort; None for an older run."""
+    if shown.cohort is None:
+        return None
+    refused = (shown.info.get("summary") or {}).get("cohort_refused") or []
+    return {**shown.cohort.as_dict(), "members": group_members(shown.plan), "refused": refused}
+
+
+def print_cohort_status(console: Console, shown: Shown) -> None:
+    """The cohort line (who is not in the run and why) and any stage refused on a partial cohort."""
+    if shown.cohort is None:
+        return
+    line = shown.cohort.line(group_members(shown.plan))
+    if line is not None:
+        console.print(f"[yellow]cohort:[/] {esc(line)}", highlight=False)
+    for message in (shown.info.get("summary") or {}).get("cohort_refused") or []:
+        console.print(f"  [red]refused:[/] {esc(str(message))}", highlight=False)
 
 
 def print_problems(console: Console, shown: Shown, target: Path, *, show_all: bool) -> None:

@@ -13,6 +13,7 @@ from rich.table import Table
 
 from habitrun.cli.text import esc
 from habitrun.engine.run_summary import FailureLine, RunSummary
+from habitrun.store.cohort import PARTIAL_COHORT
 
 MAX_FAILURES_SHOWN = 20
 MAX_FILES_SHOWN = 5
@@ -61,6 +62,13 @@ def print_outputs(console: Console, summary: RunSummary) -> None:
         console.print(f"  files in {esc(Path(folder))}: {esc(', '.join(shown))}{more}", highlight=False)
 
 
+def print_cohort(console: Console, summary: RunSummary) -> None:
+    """Who is not in the run and why (subject ids escaped)."""
+    line = summary.cohort.line(summary.members) if summary.cohort is not None else None
+    if line is not None:
+        console.print(f"[yellow]cohort:[/] {esc(line)}", highlight=False)
+
+
 def print_failures(console: Console, lines: list[FailureLine], title: str, recipe_arg: str) -> None:
     if not lines:
         return
@@ -104,9 +112,12 @@ def print_summary(console: Console, summary: RunSummary, *, recipe_arg: str, ret
                       f"[red]{c.failed}[/]" if c.failed else "0",
                       f"[yellow]{c.skipped}[/]" if c.skipped else "0")
     console.print(table)
+    print_cohort(console, summary)
     print_outputs(console, summary)
-    new = [f for f in summary.failures if not f.recorded]
+    new = [f for f in summary.failures if not f.recorded and f.kind != PARTIAL_COHORT]
     print_failures(console, new, f"[red]{len(new)} failed subject(s):[/]", recipe_arg)
+    for refused in (f for f in summary.failures if f.kind == PARTIAL_COHORT):
+        console.print(f"[red]refused:[/] {esc(refused.error)}", highlight=False)
     print_recorded(console, summary, recipe_arg, retry_command)
     console.print(f"run folder: {esc(summary.run.path)}", highlight=False)
     if summary.outcome == "interrupted":

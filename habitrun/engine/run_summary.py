@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from habitrun.store.cohort import Cohort
 from habitrun.store.runs import RunFolder
 
 
@@ -49,6 +50,8 @@ class RunSummary:
     results: dict[str, Any] = field(default_factory=dict)  # group stages' results (e.g. train metrics)
     outputs: dict[str, str] = field(default_factory=dict)  # group stage -> its work folder
     noop: bool = False  # every selected stage was already stored: nothing ran
+    cohort: Cohort | None = None  # subjects found, left out before the run and why
+    members: dict[str, int] = field(default_factory=dict)  # collect/train stage -> subjects it took
 
     @property
     def recorded_failures(self) -> list[FailureLine]:

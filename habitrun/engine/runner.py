@@ -27,7 +27,7 @@ from habitrun.engine.run_summary import FailureLine, RunSummary, StageCounts
 from habitrun.engine.selection import stages_for, unknown_ids
 from habitrun.engine.signals import exit_code_for, signal_name, stop_on_signals
 from habitrun.engine.stage_inputs import GROUP_FILE_NAME, StageInputs, group_workdir
-from habitrun.engine.stages import read_results, run_stage
+from habitrun.engine.stages import read_results, refusal, run_stage
 from habitrun.engine.stopnotice import StopNotices
 from habitrun.engine.write_failure import WriteFailure
 from habitrun.errors import EXIT_FAILED_SUBJECTS, EXIT_OK, StoreError, WorkerStartError
@@ -38,6 +38,7 @@ from habitrun.spec.loader import LoadedRecipe
 from habitrun.spec.recipe import StageSpec
 from habitrun.spec.subjects import SubjectRow, load_subjects, rows_by_id
 from habitrun.store.checkpoint import CheckpointStore
+from habitrun.store.cohort import Cohort
 from habitrun.store.folders import ensure_folder, folder_error
 from habitrun.store.guard import empty_store_file
 from habitrun.store.journal import JOURNAL_FILE, RunJournal, read_journal
@@ -169,6 +170,8 @@ class StudyRunner:
         self.current_stage: StageSpec | None = None
         self.current_backend: Any = None
         self.recomputing: set[str] = set()  # stages recomputing unreadable stored results
+        self.cohort = Cohort.of(subjects)  # who was found, left out before the run and why
+        self.refused: list[str] = []  # group stages refused on a partial cohort (require_complete_cohort)
 
     @property
     def plans(self) -> dict[str, StagePlan]:
@@ -197,7 +200,13 @@ class StudyRunner:
             chain = set(previous.get("run_chain", [])) | {self.resumed_from.run_id}
         self.planner = StagePlanner(recipe=self.recipe, subjects=self.subjects, store=self.store, context=context,
                                     chain=chain, rerun_ids=rerun_ids)
-        return self.planner.plan_ahead(self.selected)
+        # A stored collect or train result over a partial cohort is refused too: the run happens to say so.
+        return self.planner.plan_ahead(self.selected) or self.cohort_refused_ahead()
+
+    def cohort_refused_ahead(self) -> bool:
+        """Whether a run with nothing to do would refuse a collect or train stage (require_complete_cohort)."""
+        return any(stage.name in self.plans and refusal(self, stage, self.plans[stage.name]) is not None
+                   for stage in self.selected)
 
     def warm_backend(self) -> None:
         """Start the first map or collect stage's backend booting its workers (see Backend.warm)."""
@@ -266,7 +275,7 @@ class StudyRunner:
             recipe_path=self.source_path,
             argv=self.argv,
             provenance=provenance,
-            reserve=RESERVE_BYTES + 512 * len(self.recipe.stages),  # the end's summary has a line per stage
+            reserve=RESERVE_BYTES + 1024 * len(self.recipe.stages),  # the end's summary: lines per stage
         )
         self.events.attach(self.run)
         self.write_found_subjects()
@@ -301,6 +310,10 @@ class StudyRunner:
 
     def write_found_subjects(self) -> None:
         """Subjects found on disk: the table this run used goes into its folder."""
+        try:
+            self.cohort.write(self.run.path)
+        except OSError as exc:
+            raise StoreError(f"cannot write {self.run.path}: {exc}") from None
         report = getattr(self.subjects, "discovery", None)
         if report is None:
             return
@@ -357,7 +370,8 @@ class StudyRunner:
         }
         self.events.emit(RunFinished(outcome=outcome, exit_code=exit_code, **summary))
         try:
-            self.run.finish(outcome, summary)
+            self.run.finish(outcome, {**summary, "members": self.members(),  # the cohort each group stage took
+                                      **({"cohort_refused": self.refused} if self.refused else {})})
             self.run.events.close()
         except OSError as exc:  # the disk filled at the very end
             self.write_failure.note(self.run.path, exc)
@@ -365,7 +379,8 @@ class StudyRunner:
         if error is not None:
             raise error
         return RunSummary(self.run, outcome, exit_code, self.counts, self.failures, self.stop.reason,
-                          self.warnings, self.group_results, self.outputs())
+                          self.warnings, self.group_results, self.outputs(), cohort=self.cohort,
+                          members=self.members())
 
     def raise_if_unwritable(self, started: float) -> None:
         """A write failed: record what can still be recorded, then the run-level error (exit 2)."""
@@ -406,6 +421,11 @@ class StudyRunner:
                 key = plan.keys[GROUP_SUBJECT]
                 out[stage.name] = self.store.results([key]).get(key)
         return out
+
+    def members(self) -> dict[str, int]:
+        """Each collect/train stage planned in this run that takes subjects -> how many it takes."""
+        return {stage.name: len(self.plans[stage.name].members) for stage in self.selected
+                if stage.kind != "map" and stage.name in self.plans and self.plans[stage.name].members}
 
     def outputs(self) -> dict[str, str]:
         """Each collect/train stage that is done -> the work folder its files are in."""

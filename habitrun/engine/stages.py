@@ -14,13 +14,15 @@ from typing import TYPE_CHECKING, Any
 from habitrun.engine.events import RunWarning, StageFinished, StageStarted, SubjectSkipped
 from habitrun.engine.ledger import StageLedger
 from habitrun.engine.map_stage import run_on_backend
-from habitrun.engine.run_summary import StageCounts
+from habitrun.engine.run_summary import FailureLine, StageCounts
 from habitrun.engine.train_stage import run_train
 from habitrun.errors import StoreError
 from habitrun.planner.decision import Reason
 from habitrun.planner.plan import GROUP_SUBJECT, StagePlan, SubjectStatus
 from habitrun.spec.recipe import StageSpec
+from habitrun.spec.subjects import subject_ids
 from habitrun.store.checkpoint import UnreadableResults
+from habitrun.store.cohort import PARTIAL_COHORT, missing_from, refusal_text
 
 if TYPE_CHECKING:
     from habitrun.engine.runner import StudyRunner
@@ -30,6 +32,8 @@ def run_stage(runner: StudyRunner, stage: StageSpec) -> None:
     """Plan (unless planned ahead), count, run and report one stage."""
     runner.current_stage, runner.current_backend = stage, None
     plan = runner.planner.plan_for(stage)
+    if _refused(runner, stage, plan):
+        return
     to_run = runner.planner.to_run(plan)
     unreadable = plan.unreadable()
     if unreadable:  # found by planning: run (or resume) says so before recomputing them with the rest
@@ -49,6 +53,38 @@ def run_stage(runner: StudyRunner, stage: StageSpec) -> None:
     if stage.kind != "map" and plan.status.get(GROUP_SUBJECT) == SubjectStatus.DONE:
         key = plan.keys[GROUP_SUBJECT]
         runner.group_results[stage.name] = read_results(runner, stage.name, [key]).get(key)
+
+
+def refusal(runner: StudyRunner, stage: StageSpec, plan: StagePlan) -> str | None:
+    """Why ``require_complete_cohort`` refuses this collect or train stage (cached or not); None: it runs."""
+    if stage.kind == "map" or not runner.recipe.stage_policy(stage.name).require_complete_cohort:
+        return None
+    if plan.status.get(GROUP_SUBJECT) == SubjectStatus.BLOCKED:
+        return None  # already skipped: a group stage it needs is unavailable
+    takes_subjects = any(runner.recipe.stage(need).kind == "map" for need in stage.needs)
+    missing = missing_from(runner.cohort, subject_ids(runner.subjects), plan.members if takes_subjects else None)
+    return refusal_text(stage.name, missing) if missing else None
+
+
+def _refused(runner: StudyRunner, stage: StageSpec, plan: StagePlan) -> bool:
+    """``require_complete_cohort``: a collect or train stage on a partial cohort fails without running.
+
+    Its plan is marked blocked so the stages after it are skipped; nothing is stored,
+    so a run on the complete cohort later runs it."""
+    message = refusal(runner, stage, plan)
+    if message is None:
+        return False
+    plan.status[GROUP_SUBJECT] = SubjectStatus.BLOCKED
+    plan.reasons[GROUP_SUBJECT] = [message]
+    counts = runner.counts[stage.name] = StageCounts(total=len(plan.keys), failed=1)
+    runner.refused.append(message)
+    runner.failures.append(FailureLine(stage=stage.name, subject_id=GROUP_SUBJECT, error=message,
+                                       kind=PARTIAL_COHORT, log_path=None))
+    runner.events.emit(StageStarted(stage=stage.name, kind=stage.kind, total=counts.total, cached=0, to_run=0,
+                                    blocked=0, recorded_failures=0))
+    runner.events.emit(RunWarning(message=message))
+    runner.events.emit(StageFinished(stage=stage.name, **counts.as_dict()))
+    return True
 
 
 def _open(runner: StudyRunner, stage: StageSpec, plan: StagePlan, to_run: list[str], counts: StageCounts) -> int:

@@ -187,6 +187,7 @@ class RunPolicy(BaseModel):
     cache: CacheMode = Field(default="standard", description="How input files enter keys: standard (content; a file whose size, mtime and inode are unchanged is not read again), deep (content, every file read every plan), lenient (path and size only, never read).")
     rerun_on_package_change: bool = Field(default=False, description="Put the versions of the third-party packages a stage's code imports into its keys (default: a change is only reported by plan and status).")
     report: bool = Field(default=False, description="Write report.html (habitrun report) into the run folder at the end of every run.")
+    require_complete_cohort: bool = Field(default=False, description="Refuse to run a collect or train stage on a partial cohort (a subject found incomplete, or failed or skipped upstream): the stage fails with the missing subjects listed and the run exits 1; map stages still run. Default: the stage runs on the subjects it has, and the summary, status and report name those missing.")
 
     @field_validator("force_rerun_subjects", mode="before")
     @classmethod

@@ -63,6 +63,7 @@ class SubjectTable(Sequence[SubjectRow]):
         self.discovery = discovery
         self._id_cell: int | None = None  # which cell of a manifest line is the id, verbatim
         self.notes: list[str] = []  # what reading the manifest decided for the user (see ManifestRows.notes)
+        self.excluded: list[str] = []  # ids include/exclude left out (found, or in the manifest)
 
     @classmethod
     def of_manifest(cls, manifest: ManifestRows, ids: list[str], safe: list[str],
@@ -253,6 +254,9 @@ def _found_subjects(loaded: LoadedRecipe) -> SubjectTable:
     if not table:
         raise RecipeError([f"{loaded.locate(('subjects',))}: include/exclude leave no subjects to run"])
     table.notes = list(report.notes)
+    spec = loaded.recipe.subjects  # an incomplete subject include/exclude leaves out is excluded, not incomplete
+    table.excluded = sorted([*table.excluded, *(sid for sid, _ in report.incomplete
+                             if (spec.include is not None and sid not in spec.include) or sid in spec.exclude)])
     return table
 
 
@@ -262,8 +266,10 @@ def _filtered(loaded: LoadedRecipe, table: SubjectTable) -> SubjectTable:
         return table
     wanted = set(spec.include) if spec.include is not None else None
     dropped = set(spec.exclude)
-    return table.subset([i for i, sid in enumerate(table.ids)
-                         if (wanted is None or sid in wanted) and sid not in dropped])
+    keep = [(wanted is None or sid in wanted) and sid not in dropped for sid in table.ids]
+    subset = table.subset([i for i, kept in enumerate(keep) if kept])
+    subset.excluded = [sid for sid, kept in zip(table.ids, keep, strict=True) if not kept]
+    return subset
 
 
 def _load_subjects(loaded: LoadedRecipe) -> SubjectTable:

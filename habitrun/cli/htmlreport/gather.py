@@ -8,6 +8,7 @@ from typing import Any
 
 from habitrun.spec.loader import LoadedRecipe
 from habitrun.store.checkpoint import CheckpointStore
+from habitrun.store.cohort import Cohort
 from habitrun.store.runs import RunFolder
 from habitrun.store.trace import COL, stage_stats
 
@@ -36,6 +37,9 @@ class ReportData:
     stats: dict[str, dict[str, Any]]
     failures: list[dict[str, Any]] = field(default_factory=list)
     more_failures: int = 0
+    cohort: Cohort | None = None  # who the run left out before it started, and why
+    members: dict[str, int] = field(default_factory=dict)  # collect/train stage -> subjects it took
+    refused: list[str] = field(default_factory=list)  # stages refused on a partial cohort
 
 
 def log_tail(path: str | None, lines: int = LOG_TAIL_LINES) -> list[str]:
@@ -79,6 +83,9 @@ def gather(loaded: LoadedRecipe, run: RunFolder, store: CheckpointStore | None) 
                                 policy.worker_memory_limit_mb))
     outcome = str(info.get("outcome") or "did not finish")
     data = ReportData(loaded.recipe.name, run.run_id, outcome, info, stages, rows, stage_stats(rows))
+    data.cohort = Cohort.read(run.path)
+    data.members = {str(k): int(v) for k, v in (summary.get("members") or {}).items()}
+    data.refused = [str(m) for m in summary.get("cohort_refused") or ()]
     failed = [row for row in rows if row[COL["outcome"]] == "failed"]
     data.more_failures = max(0, len(failed) - MAX_FAILURES)
     for row in failed[:MAX_FAILURES]:

@@ -129,7 +129,18 @@ def _summary(data: ReportData) -> str:
     reason = (prov.get("summary") or {}).get("stop_reason")
     if reason:
         out.append(f'<p class="muted">stopped: {esc(reason)}</p>')
+    out.append(_cohort(data))
     out.append("</section>")
+    return "".join(out)
+
+
+def _cohort(data: ReportData) -> str:
+    """The cohort line: found → incomplete (why, who) → excluded → in the run → what each collect/train took."""
+    if data.cohort is None:
+        return ""
+    flow = data.cohort.line(data.members) or data.cohort.flow_text()
+    out = [f'<p id="cohort"><b>cohort</b>: {esc(flow)}</p>']
+    out.extend(f'<p class="muted">refused: {esc(message)}</p>' for message in data.refused)
     return "".join(out)
 
 
