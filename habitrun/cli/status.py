@@ -22,6 +22,7 @@ from rich.console import Console
 from habitrun.cli.app import app, err_console
 from habitrun.cli.busy import in_progress_text, is_run, killed_before_folder, store_user
 from habitrun.cli.findrecipe import given_or_found
+from habitrun.cli.live import LiveView, render, view_of
 from habitrun.cli.longtable import Cell, print_table
 from habitrun.cli.plan import (
     make_console,
@@ -258,6 +259,8 @@ def status(
     as_json: bool = typer.Option(False, "--json", help="Print the status as JSON."),
     show_all: bool = typer.Option(False, "--all", help=f"List every failure (default: the first {MAX_FAILURES_SHOWN})."),
     verify: bool = typer.Option(False, "--verify", help="Check every stored result against its checksum."),
+    watch: bool = typer.Option(False, "--watch", help="Refresh the live view of a running study until it ends (Ctrl-C stops watching)."),
+    interval: float = typer.Option(2.0, "--interval", min=0.05, metavar="SECONDS", help="Seconds between refreshes with --watch."),
 ) -> None:
     """Show the last run: outcome, per stage counts, each failed subject with its log file.
 
@@ -270,13 +273,28 @@ def status(
     console = make_console()
     if run is None:
         raise typer.Exit(no_run(console, loaded, target, as_json=as_json))
+    if watch and not as_json:
+        from habitrun.cli.watch import watch as watch_run
+
+        raise typer.Exit(watch_run(console, loaded, run, target, interval=interval, verify=verify, show_all=show_all))
     shown = gather(loaded, run, verify=verify)
+    live = live_part(shown)
     if as_json:
-        typer.echo(json.dumps(as_document(shown, target), indent=1, ensure_ascii=False))
+        document = as_document(shown, target)
+        if live is not None:
+            document["live"] = live.as_dict()
+        typer.echo(json.dumps(document, indent=1, ensure_ascii=False))
     else:
         print_run(console, shown, target)
+        if live is not None:
+            console.print(render(live))
         print_problems(console, shown, target, show_all=show_all)
     raise typer.Exit(shown.exit_code)
+
+
+def live_part(shown: Shown) -> LiveView | None:
+    """The live view (progress, rate, ETA, possibly stuck subjects) of a run still running, else None."""
+    return view_of(shown.loaded, shown.run) if shown.outcome.startswith("running") else None
 
 
 def no_run(console: Console, loaded: LoadedRecipe, target: Path, *, as_json: bool) -> int:

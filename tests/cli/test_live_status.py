@@ -1,0 +1,108 @@
+"""`status` of a running study: per stage progress and a hung subject flagged with its pid and log;
+`status --watch` refreshes until the run ends, or stops on Ctrl-C with 130 (the real CLI, a real run on
+the process backend, real signals)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from habitrun.cli.live import STUCK_FLOOR_SEC
+from tests.engine.study import events, habitrun_cmd, make_study, markers, run_cli
+from tests.engine.test_crash_safety import start_run
+from tests.engine.test_status_truth import stop_if_running
+
+
+def wait_for(check, what: str, proc: subprocess.Popen[str], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        assert proc.poll() is None, f"the process ended before {what}"
+        time.sleep(0.1)
+    raise AssertionError(f"never: {what}")
+
+
+def start_watch(recipe: Path, out: Path, interval: str = "0.2") -> subprocess.Popen[str]:
+    return subprocess.Popen(habitrun_cmd("status", str(recipe), "--watch", "--interval", interval),
+                            stdout=open(out, "w"), stderr=subprocess.STDOUT, text=True, cwd=recipe.parent)
+
+
+@pytest.mark.timeout(150)
+def test_a_hung_subject_is_flagged_with_its_pid_and_log_and_watch_stops_on_ctrl_c(tmp_path: Path) -> None:
+    folder = tmp_path / "study [x]"  # brackets: markup in a path must be printed as is
+    gate = tmp_path / "never"
+    recipe = make_study(folder, subjects=5, policy={"workers": 2, "subject_timeout_sec": None},
+                        square_params={"sleep": 0.1, "gate": str(gate), "gate_from": 4})
+    run = start_run(recipe)
+    watcher: subprocess.Popen[str] | None = None
+    try:
+        done = lambda: sum(1 for e in events(folder) if e.get("event") == "subject_done") >= 4  # noqa: E731
+        wait_for(done, "four subjects done", run)
+        hung = markers(folder)["square-S004"][0]  # (start, time, pid): S004 waits at the gate for ever
+        time.sleep(max(0.0, hung[1] + STUCK_FLOOR_SEC + 1.5 - time.time()))
+
+        doc = json.loads(run_cli("status", str(recipe), "--json", cwd=folder).stdout)
+        assert doc["run"]["outcome"].startswith("running")
+        live = doc["live"]
+        square = live["stages"]["square"]
+        assert (square["state"], square["done"], square["failed"], square["running"], square["pending"]) == \
+            ("running", 4, 0, 1, 0), square
+        assert square["median_sec"] is not None and square["eta_sec"] is not None and square["rate_per_sec"] > 0
+        assert live["stages"]["plus_one"]["state"] == "waiting"
+        [running] = live["running"]
+        assert (running["subject"], running["pid"], running["possibly_stuck"]) == ("S004", hung[2], True), running
+        run_folder = Path(doc["run"]["path"])
+        assert running["log"] == str(run_folder / "logs" / "square" / "S004.log")
+
+        text = run_cli("status", str(recipe), cwd=folder)
+        assert text.returncode == 0, text.stdout + text.stderr
+        out = " ".join(text.stdout.split())  # the console may wrap a long line
+        assert "live progress" in out and "possibly stuck: square S004 running for" in out, text.stdout
+        assert f"on pid {hung[2]}" in out and f"log: {run_folder / 'logs' / 'square' / 'S004.log'}" in out, text.stdout
+        assert "Traceback" not in text.stdout + text.stderr
+
+        shown = tmp_path / "watch.txt"
+        watcher = start_watch(recipe, shown)
+        wait_for(lambda: shown.read_text().count("possibly stuck: square S004") >= 2, "two refreshes", watcher)
+        watcher.send_signal(signal.SIGINT)
+        assert watcher.wait(timeout=30) == 130
+        assert "stopped watching; the run goes on" in shown.read_text() and "Traceback" not in shown.read_text()
+        assert run.poll() is None  # watching never touched the run
+    finally:
+        if watcher is not None and watcher.poll() is None:
+            watcher.kill()
+            watcher.wait()
+        stop_if_running(run)
+
+
+@pytest.mark.timeout(150)
+def test_watch_follows_the_run_to_its_end_and_exits_with_the_final_status(tmp_path: Path) -> None:
+    folder = tmp_path / "study"
+    gate = tmp_path / "open"
+    recipe = make_study(folder, subjects=4, square_params={"gate": str(gate)})
+    run = start_run(recipe)
+    watcher: subprocess.Popen[str] | None = None
+    try:
+        started = lambda: any(e.get("event") == "stage_started" for e in events(folder))  # noqa: E731
+        wait_for(started, "the first stage started", run)
+        shown = tmp_path / "watch.txt"
+        watcher = start_watch(recipe, shown)
+        wait_for(lambda: "live progress" in shown.read_text(), "a first refresh", watcher)
+        gate.write_text("")  # the subjects go on: the run ends
+        assert watcher.wait(timeout=90) == 0, shown.read_text()
+        assert run.wait(timeout=30) == 0
+        text = shown.read_text()
+        final = text[text.rindex("live progress"):]
+        assert ": success" in final and "no failed subjects" in final, text
+        assert "running (pid" in text  # the refreshes said it was running
+    finally:
+        if watcher is not None and watcher.poll() is None:
+            watcher.kill()
+            watcher.wait()
+        stop_if_running(run)
