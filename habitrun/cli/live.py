@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from rich import box
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
@@ -182,9 +183,6 @@ def live_view(run: RunFolder, store: Any, now: float | None = None) -> LiveView:
         if s.name == running_stage:
             s.running = len(subjects)
         s.rate = _rate(s, now)
-        if s.median_sec is not None:
-            slots = max(1, s.running)
-            s.eta_sec = math.ceil((s.pending + s.running) / slots) * s.median_sec
     running = []
     for r in subjects:
         st = by_name.get(str(running_stage))
@@ -196,7 +194,19 @@ def live_view(run: RunFolder, store: Any, now: float | None = None) -> LiveView:
                                    max(0.0, now - started) if started is not None else 0.0,
                                    r.get("log"), r.get("output"), threshold))
     running.sort(key=lambda r: -r.elapsed_sec)
+    st = by_name.get(str(running_stage))
+    if st is not None and st.median_sec is not None and not any(r.stuck for r in running):
+        st.eta_sec = eta(st, [r.elapsed_sec for r in running])
     return LiveView(stages, running, None if age is None else round(age, 3))
+
+
+def eta(s: StageLive, elapsed: list[float]) -> float:
+    """Seconds until the stage ends, by its median duration: the pending subjects in waves over the slots
+    running now, after what the running ones have left (a stuck subject makes it unknown: not called)."""
+    median = s.median_sec or 0.0
+    slots = max(1, s.running)
+    left_running = max((max(0.0, median - e) for e in elapsed), default=0.0)
+    return left_running + math.ceil(s.pending / slots) * median
 
 
 def _rate(s: StageLive, now: float) -> float | None:
@@ -211,27 +221,27 @@ def _rate(s: StageLive, now: float) -> float | None:
 
 def render(view: LiveView, shown_running: int = 10) -> Group:
     """The live view as rich renderables: the stage table, then the subjects running now, stuck ones first."""
-    table = Table(title="live progress", title_justify="left", show_edge=False)
+    table = Table(title="live progress", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     for header, justify in (("stage", "left"), ("state", "left"), ("done", "right"), ("failed", "right"),
                             ("running", "right"), ("pending", "right"), ("rate", "right"), ("ETA", "right")):
         table.add_column(header, justify=justify)  # type: ignore[arg-type]
+    stuck = [r for r in view.running if r.stuck]
     for s in view.stages:
         rate = f"{s.rate:.3g}/s" if s.rate is not None else "–"
-        eta = ("about " + fmt(s.eta_sec, "s")) if s.eta_sec is not None else "–"
+        eta = ("about " + fmt(s.eta_sec, "s")) if s.eta_sec is not None else "?" if stuck else "–"
         if s.state == "waiting":
             table.add_row(esc(s.name), "waiting", "", "", "", "", "", "")
             continue
         table.add_row(esc(s.name), s.state, str(s.done + s.cached), _red(s.failed), str(s.running),
                       str(s.pending), rate if s.state == "running" else "–", eta if s.state == "running" else "–")
     parts: list[Any] = [table]
-    stuck = [r for r in view.running if r.stuck]
     for r in stuck:
         parts.append(Text.from_markup(
             f"[bold yellow]possibly stuck:[/] {esc(r.stage)} {esc(r.subject)} running for {fmt(r.elapsed_sec, 's')} "
             f"(over {STUCK_FACTOR:g}× the stage's p95, {fmt(r.stuck_after_sec, 's')}) on pid {esc(r.pid)}"))
         parts.append(Text.from_markup(f"      log: {esc(r.log)}"))
         if r.output:
-            parts.append(Text.from_markup(f"      its output so far: {esc(r.output)}"))
+            parts.append(Text.from_markup(f"      output so far in its worker's file: {esc(r.output)}"))
     others = [r for r in view.running if not r.stuck][:shown_running]
     if others:
         lines = [f"  {esc(r.stage)} {esc(r.subject)}: {fmt(r.elapsed_sec, 's')} on pid {esc(r.pid)}" for r in others]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from habitrun.cli.live import STUCK_FLOOR_SEC
+from habitrun.cli.live import STUCK_FLOOR_SEC, StageLive, eta
 from tests.engine.study import events, habitrun_cmd, make_study, markers, run_cli
 from tests.engine.test_crash_safety import start_run
 from tests.engine.test_status_truth import stop_if_running
@@ -53,7 +53,8 @@ def test_a_hung_subject_is_flagged_with_its_pid_and_log_and_watch_stops_on_ctrl_
         square = live["stages"]["square"]
         assert (square["state"], square["done"], square["failed"], square["running"], square["pending"]) == \
             ("running", 4, 0, 1, 0), square
-        assert square["median_sec"] is not None and square["eta_sec"] is not None and square["rate_per_sec"] > 0
+        assert square["median_sec"] is not None and square["rate_per_sec"] > 0
+        assert square["eta_sec"] is None  # not while a subject looks stuck: the median says nothing of it
         assert live["stages"]["plus_one"]["state"] == "waiting"
         [running] = live["running"]
         assert (running["subject"], running["pid"], running["possibly_stuck"]) == ("S004", hung[2], True), running
@@ -106,3 +107,9 @@ def test_watch_follows_the_run_to_its_end_and_exits_with_the_final_status(tmp_pa
             watcher.kill()
             watcher.wait()
         stop_if_running(run)
+
+
+def test_the_eta_is_what_the_running_subjects_have_left_then_the_pending_ones_in_waves() -> None:
+    stage = StageLive("square", to_run=10, done=4, running=2, median_sec=1.0)  # 4 pending over 2 slots
+    assert eta(stage, [0.5, 0.2]) == pytest.approx(0.8 + 2 * 1.0)
+    assert eta(stage, [3.0, 2.5]) == pytest.approx(2.0)  # past the median: nothing left is assumed
