@@ -246,7 +246,7 @@ def render(view: LiveView, shown_running: int = 10) -> Group:
     if others:
         lines = [f"  {esc(r.stage)} {esc(r.subject)}: {fmt(r.elapsed_sec, 's')} on pid {esc(r.pid)}" for r in others]
         more = len(view.running) - len(stuck) - len(others)
-        parts.append(Text.from_markup("running now:\n" + "\n".join(lines) + (f"\n  ... and {more} more" if more > 0 else "")))
+        parts.append(Text.from_markup("subjects running:\n" + "\n".join(lines) + (f"\n  ... and {more} more" if more > 0 else "")))
     if view.snapshot_age_sec is None:
         parts.append(Text("(no running.json yet: which subjects run, and on which pid, is not known)"))
     elif view.snapshot_age_sec > STALE_AFTER_SEC:

@@ -5,11 +5,13 @@ the process backend, real signals)."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import time
 from pathlib import Path
 
+import pexpect
 import pytest
 
 from habitrun.cli.live import STUCK_FLOOR_SEC, StageLive, eta
@@ -113,3 +115,36 @@ def test_the_eta_is_what_the_running_subjects_have_left_then_the_pending_ones_in
     stage = StageLive("square", to_run=10, done=4, running=2, median_sec=1.0)  # 4 pending over 2 slots
     assert eta(stage, [0.5, 0.2]) == pytest.approx(0.8 + 2 * 1.0)
     assert eta(stage, [3.0, 2.5]) == pytest.approx(2.0)  # past the median: nothing left is assumed
+
+
+@pytest.mark.timeout(150)
+def test_serial_backend_names_the_runner_and_watch_on_a_terminal_restores_it_on_ctrl_c(tmp_path: Path) -> None:
+    folder = tmp_path / "study"
+    recipe = make_study(folder, subjects=4, policy={"backend": "serial", "workers": 1, "subject_timeout_sec": None},
+                        square_params={"sleep": 0.05, "gate": str(tmp_path / "never"), "gate_from": 3})
+    run = start_run(recipe)
+    child = None
+    try:
+        wait_for(lambda: "square-S003" in markers(folder), "S003 started", run)
+        time.sleep(max(0.0, markers(folder)["square-S003"][0][1] + STUCK_FLOOR_SEC + 1.5 - time.time()))
+        doc = json.loads(run_cli("status", str(recipe), "--json", cwd=folder).stdout)
+        [running] = doc["live"]["running"]
+        assert (running["subject"], running["pid"], running["possibly_stuck"]) == ("S003", run.pid, True), running
+
+        child = pexpect.spawn(habitrun_cmd()[0], [*habitrun_cmd("status", str(recipe), "--watch", "--interval", "0.2")[1:]],
+                              cwd=str(folder), env={**os.environ, "TERM": "xterm-256color"}, encoding="utf-8",
+                              timeout=60, dimensions=(40, 160))
+        flagged = r"possibly stuck:\S*\s+square S003"  # styled: an escape code after the colon
+        child.expect(flagged)
+        child.expect(flagged)  # redrawn in place
+        child.sendintr()
+        child.expect(pexpect.EOF)
+        child.close()
+        assert child.exitstatus == 130
+        assert "stopped watching; the run goes on" in child.before
+        assert "\x1b[?25h" in child.before  # the cursor rich hid is shown again
+        assert run.poll() is None
+    finally:
+        if child is not None:
+            child.close(force=True)
+        stop_if_running(run)
