@@ -150,9 +150,9 @@ def read_running(run: RunFolder) -> tuple[list[dict[str, Any]], float | None, st
         data = json.loads((run.path / RUNNING_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return [], None, None
-    if not isinstance(data, dict):
+    if not isinstance(data, dict) or _num(data.get("ts")) is None:
         return [], None, None
-    age = time.time() - float(data.get("ts") or 0)
+    age = time.time() - float(data["ts"])
     subjects = [s for s in data.get("subjects") or () if isinstance(s, dict)]
     return subjects, age, data.get("stage")
 

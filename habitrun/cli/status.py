@@ -266,14 +266,20 @@ def status(
 
     Exit 0 when the last run succeeded (or is running), 1 when it failed, was
     interrupted, stopped or did not finish, or there is no run to show, 2 when
-    the recipe or store cannot be read.
+    the recipe or store cannot be read. A running study also shows its live
+    progress (rate, ETA, possibly stuck subjects); --watch refreshes it until
+    the run ends, then exits as above (Ctrl-C: 130, the run goes on).
     """
+    if watch and as_json:
+        err_console.print("--watch redraws the status for people; for a program, call `status --json` "
+                          "again instead", highlight=False)
+        raise typer.Exit(EXIT_USAGE)
     target = given_or_found(target_given)
     loaded, run = locate(target)
     console = make_console()
     if run is None:
         raise typer.Exit(no_run(console, loaded, target, as_json=as_json))
-    if watch and not as_json:
+    if watch:
         from habitrun.cli.watch import watch as watch_run
 
         raise typer.Exit(watch_run(console, loaded, run, target, interval=interval, verify=verify, show_all=show_all))

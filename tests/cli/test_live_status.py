@@ -63,6 +63,9 @@ def test_a_hung_subject_is_flagged_with_its_pid_and_log_and_watch_stops_on_ctrl_
         run_folder = Path(doc["run"]["path"])
         assert running["log"] == str(run_folder / "logs" / "square" / "S004.log")
 
+        both = run_cli("status", str(recipe), "--json", "--watch", cwd=folder)
+        assert both.returncode == 2 and "--watch redraws the status for people" in both.stderr
+
         text = run_cli("status", str(recipe), cwd=folder)
         assert text.returncode == 0, text.stdout + text.stderr
         out = " ".join(text.stdout.split())  # the console may wrap a long line
