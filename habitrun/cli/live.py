@@ -194,9 +194,9 @@ def live_view(run: RunFolder, store: Any, now: float | None = None) -> LiveView:
                                    max(0.0, now - started) if started is not None else 0.0,
                                    r.get("log"), r.get("output"), threshold))
     running.sort(key=lambda r: -r.elapsed_sec)
-    st = by_name.get(str(running_stage))
-    if st is not None and st.median_sec is not None and not any(r.stuck for r in running):
-        st.eta_sec = eta(st, [r.elapsed_sec for r in running])
+    for s in stages:  # a stuck subject makes its stage's end unknown
+        if s.median_sec is not None and not (s.name == running_stage and any(r.stuck for r in running)):
+            s.eta_sec = eta(s, [r.elapsed_sec for r in running] if s.name == running_stage else [])
     return LiveView(stages, running, None if age is None else round(age, 3))
 
 

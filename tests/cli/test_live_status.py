@@ -4,6 +4,7 @@ the process backend, real signals)."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -13,8 +14,10 @@ from pathlib import Path
 
 import pexpect
 import pytest
+from rich.console import Console
 
-from habitrun.cli.live import STUCK_FLOOR_SEC, StageLive, eta
+from habitrun.cli.live import STUCK_FLOOR_SEC, StageLive, eta, live_view, render
+from habitrun.store.runs import RunFolder
 from tests.engine.study import events, habitrun_cmd, make_study, markers, run_cli
 from tests.engine.test_crash_safety import start_run
 from tests.engine.test_status_truth import stop_if_running
@@ -151,3 +154,33 @@ def test_serial_backend_names_the_runner_and_watch_on_a_terminal_restores_it_on_
         if child is not None:
             child.close(force=True)
         stop_if_running(run)
+
+
+def test_the_events_are_read_past_a_torn_last_line_and_a_long_runner_is_flagged_by_the_events_durations(
+        tmp_path: Path) -> None:
+    run = RunFolder(tmp_path / "run", {})
+    run.path.mkdir()
+    now = time.time()
+    lines = [{"ts": now - 30, "event": "run_started", "stages": ["a", "b"]},
+             {"ts": now - 30, "event": "stage_started", "stage": "a", "kind": "map", "total": 6, "cached": 0,
+              "to_run": 6},
+             *({"ts": now - 29 + i, "event": "subject_done", "stage": "a", "subject": f"S{i}", "duration_sec": 0.5}
+               for i in range(3)),
+             {"ts": now - 20, "event": "subject_failed", "stage": "a", "subject": "S3", "final": False},
+             {"ts": now - 19, "event": "subject_failed", "stage": "a", "subject": "S3", "final": True}]
+    text = "".join(json.dumps(e) + "\n" for e in lines) + '{"ts": 1, "event": "subject_do'  # torn by a SIGKILL
+    (run.path / "events.jsonl").write_text(text)
+    running = [{"subject": "S4", "pid": 4242, "started_at": now - 25, "log": "/logs/a/S4 [x].log"},
+               {"subject": "S5", "pid": 4243, "started_at": now - 1, "log": "/logs/a/S5.log"}]
+    (run.path / "running.json").write_text(json.dumps({"ts": now, "stage": "a", "subjects": running}))
+    view = live_view(run, None, now)
+    a, b = view.stages
+    assert (a.state, a.done, a.failed, a.running, a.pending, b.state) == ("running", 3, 1, 2, 0, "waiting")
+    assert a.rate == pytest.approx(4 / 30) and a.median_sec == 0.5 and a.eta_sec is None
+    stuck, fine = view.running
+    assert (stuck.subject, stuck.stuck, stuck.stuck_after_sec, fine.stuck) == ("S4", True, STUCK_FLOOR_SEC, False)
+    console = Console(width=200, file=io.StringIO(), color_system=None)
+    console.print(render(view))
+    shown = console.file.getvalue()
+    assert "possibly stuck: a S4 running for 25.0 s" in shown and "on pid 4242" in shown
+    assert "log: /logs/a/S4 [x].log" in shown  # escaped: printed as is
