@@ -22,6 +22,7 @@ from rich.console import Console
 from habitrun.cli.app import app, err_console
 from habitrun.cli.busy import in_progress_text, is_run, killed_before_folder, store_user
 from habitrun.cli.findrecipe import given_or_found
+from habitrun.cli.live import LiveView, render, view_of
 from habitrun.cli.longtable import Cell, print_table
 from habitrun.cli.plan import (
     make_console,
@@ -261,25 +262,48 @@ def status(
     as_json: bool = typer.Option(False, "--json", help="Print the status as JSON."),
     show_all: bool = typer.Option(False, "--all", help=f"List every failure (default: the first {MAX_FAILURES_SHOWN})."),
     verify: bool = typer.Option(False, "--verify", help="Check every stored result against its checksum."),
+    watch: bool = typer.Option(False, "--watch", help="Refresh the live view of a running study until it ends (Ctrl-C stops watching)."),
+    interval: float = typer.Option(2.0, "--interval", min=0.05, metavar="SECONDS", help="Seconds between refreshes with --watch."),
 ) -> None:
     """Show the last run: outcome, per stage counts, each failed subject with its log file.
 
     Exit 0 when the last run succeeded (or is running), 1 when it failed, was
     interrupted, stopped or did not finish, or there is no run to show, 2 when
-    the recipe or store cannot be read.
+    the recipe or store cannot be read. A running study also shows its live
+    progress (rate, ETA, possibly stuck subjects); --watch refreshes it until
+    the run ends, then exits as above (Ctrl-C: 130, the run goes on).
     """
+    if watch and as_json:
+        err_console.print("--watch redraws the status for people; for a program, call `status --json` "
+                          "again instead", highlight=False)
+        raise typer.Exit(EXIT_USAGE)
     target = given_or_found(target_given)
     loaded, run = locate(target)
     console = make_console()
     if run is None:
         raise typer.Exit(no_run(console, loaded, target, as_json=as_json))
+    if watch:
+        from habitrun.cli.watch import watch as watch_run
+
+        raise typer.Exit(watch_run(console, loaded, run, target, interval=interval, verify=verify, show_all=show_all))
     shown = gather(loaded, run, verify=verify)
+    live = live_part(shown)
     if as_json:
-        typer.echo(json.dumps(as_document(shown, target), indent=1, ensure_ascii=False))
+        document = as_document(shown, target)
+        if live is not None:
+            document["live"] = live.as_dict()
+        typer.echo(json.dumps(document, indent=1, ensure_ascii=False))
     else:
         print_run(console, shown, target)
+        if live is not None:
+            console.print(render(live))
         print_problems(console, shown, target, show_all=show_all)
     raise typer.Exit(shown.exit_code)
+
+
+def live_part(shown: Shown) -> LiveView | None:
+    """The live view (progress, rate, ETA, possibly stuck subjects) of a run still running, else None."""
+    return view_of(shown.loaded, shown.run) if shown.outcome.startswith("running") else None
 
 
 def no_run(console: Console, loaded: LoadedRecipe, target: Path, *, as_json: bool) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from habitrun.engine.control import StopFlag
 from habitrun.positional import builder
@@ -82,6 +82,15 @@ new_outcome = builder(SubjectOutcome, "task", "ok", "result", "error", "kind", "
 ReportFn = Callable[[list[SubjectOutcome]], None]
 
 
+class RunningSubject(NamedTuple):
+    """A subject running now, as a backend sees it (the running file, `status` of a live run)."""
+
+    task: SubjectTask
+    pid: int  # the process running it
+    started_at: float  # Unix seconds
+    output: str | None = None  # the file its output goes to until it ends (then its log)
+
+
 class Backend(abc.ABC):
     """Runs map (and collect) tasks; lives for a whole run so workers are reused across stages."""
 
@@ -113,6 +122,11 @@ class Backend(abc.ABC):
     def running(self) -> int | None:
         """Subjects running right now, if the backend can tell (None: it cannot); read from another thread."""
         return None
+
+    def running_subjects(self) -> list[RunningSubject]:
+        """The subjects running right now, if the backend can tell (default: it cannot); read from
+        another thread."""
+        return []
 
     def warm(self) -> None:
         """Start booting what the first worker needs (a fork server), without waiting for it.

@@ -24,6 +24,7 @@ from habitrun.engine.planning import StagePlanner
 from habitrun.engine.recorder import Recorder
 from habitrun.engine.recovering import recover
 from habitrun.engine.run_summary import FailureLine, RunSummary, StageCounts
+from habitrun.engine.running_file import RunningFile
 from habitrun.engine.selection import stages_for, unknown_ids
 from habitrun.engine.signals import exit_code_for, signal_name, stop_on_signals
 from habitrun.engine.stage_inputs import GROUP_FILE_NAME, StageInputs, group_workdir
@@ -45,7 +46,7 @@ from habitrun.store.journal import JOURNAL_FILE, RunJournal, read_journal
 from habitrun.store.lock import StoreLock
 from habitrun.store.provenance import collect_provenance
 from habitrun.store.recovery import journal_store_dir, settle
-from habitrun.store.runs import RESERVE_BYTES, RunFolder
+from habitrun.store.runs import RESERVE_BYTES, RUNNING_FILE, RunFolder
 
 __all__ = ["GROUP_FILE_NAME", "FailureLine", "RunSummary", "StageCounts", "lock_path_for", "run_study"]
 
@@ -326,6 +327,7 @@ class StudyRunner:
     def run_stages(self) -> WorkerStartError | None:
         """Each selected stage until the end or a stop; the run-level error a backend raised, if any."""
         error: WorkerStartError | None = None
+        running = RunningFile(self.run.path / RUNNING_FILE, self.running_now).start()
         try:
             for stage in self.selected:
                 if self.stop.is_set():
@@ -335,11 +337,17 @@ class StudyRunner:
             error = exc
         finally:
             hard = self.stop.hard
+            running.close()
             try:
                 self.recorder.close()
             finally:
                 self.backends.close(graceful=not hard)
         return error
+
+    def running_now(self) -> tuple[str | None, Any]:
+        """The stage running now and its backend (read by the running file's thread)."""
+        stage, backend = self.current_stage, self.current_backend
+        return (stage.name if stage is not None else None), backend
 
     def stopping_facts(self) -> Stopping:
         """The ``stopping`` notice: what a stop signal now waits for."""

@@ -7,9 +7,11 @@ timeouts, isolation, memory limits or several workers (see RunPolicy).
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Sequence
 
-from habitrun.engine.contract import Backend, OperatorRef, ReportFn, SubjectTask
+from habitrun.engine.contract import Backend, OperatorRef, ReportFn, RunningSubject, SubjectTask
 from habitrun.engine.control import StopFlag
 from habitrun.engine.invoke import BoundOperator, bind_operator, execute
 from habitrun.spec.policy import RunPolicy
@@ -23,6 +25,7 @@ class SerialBackend(Backend):
     def __init__(self, policy: RunPolicy) -> None:
         self.policy = policy
         self._bound: tuple[OperatorRef, BoundOperator] | None = None
+        self._now: RunningSubject | None = None  # the subject running (read by the running file's thread)
 
     @classmethod
     def from_policy(cls, policy: RunPolicy) -> SerialBackend:
@@ -39,7 +42,16 @@ class SerialBackend(Backend):
         for task in tasks:
             if stop.is_set():
                 return
-            report([execute(bound, task, capture="python", log_max_bytes=int(self.policy.log_max_mb * (1 << 20)))])
+            self._now = RunningSubject(task, os.getpid(), time.time())
+            try:
+                outcome = execute(bound, task, capture="python", log_max_bytes=int(self.policy.log_max_mb * (1 << 20)))
+            finally:
+                self._now = None
+            report([outcome])
+
+    def running_subjects(self) -> list[RunningSubject]:
+        now = self._now
+        return [now] if now is not None else []
 
     def close(self, graceful: bool = True) -> None:
         self._bound = None

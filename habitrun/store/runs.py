@@ -27,6 +27,7 @@ RECIPE_FILE = "recipe.yaml"
 SOURCE_FILE = "source.json"
 PROVENANCE_FILE = "provenance.json"
 EVENTS_FILE = "events.jsonl"
+RUNNING_FILE = "running.json"  # the subjects running now, rewritten each second by the runner (engine/running_file.py)
 INCOMPLETE_PREFIX = ".incomplete-"  # a run folder being made; renamed to its run id when complete
 RESERVE_FILE = ".space-reserve"  # in the run root: room set aside to record a run's end on a disk that filled
 RESERVE_BYTES = 64 * 1024

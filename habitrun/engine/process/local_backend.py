@@ -35,7 +35,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from habitrun.engine.contract import Backend, OperatorRef, ReportFn, SubjectTask
+from habitrun.engine.contract import Backend, OperatorRef, ReportFn, RunningSubject, SubjectTask
 from habitrun.engine.control import StopFlag
 from habitrun.engine.process.gpu import no_gpu_reason
 from habitrun.engine.process.modes import mode_for
@@ -109,6 +109,9 @@ class ProcessBackend(Backend):
     def running(self) -> int:
         """Workers with a subject in hand (pipelined ones wait behind it and are not counted)."""
         return self.pool.running()
+
+    def running_subjects(self) -> list[RunningSubject]:
+        return self.pool.running_subjects()
 
     def close(self, graceful: bool = True) -> None:
         if self._closed:

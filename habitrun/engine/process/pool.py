@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from multiprocessing.connection import wait
 
-from habitrun.engine.contract import OperatorRef
+from habitrun.engine.contract import OperatorRef, RunningSubject
 from habitrun.engine.process import protocol as P
 from habitrun.engine.process.beacon import Beacon
 from habitrun.engine.process.deathlog import write_death_log
@@ -63,6 +63,25 @@ class WorkerPool:
     def running(self) -> int:
         """Workers with a subject in hand (pipelined ones wait behind it and are not counted)."""
         return sum(1 for w in list(self.workers) if not w.dead and w.outstanding)
+
+    def running_subjects(self) -> list[RunningSubject]:
+        """Each subject a worker runs now: its task, the worker's pid, its start and output so far.
+
+        Read from another thread (the running file's), without a lock: a worker's deque may move
+        while it is read, so a reading that races it is dropped or, rarely, off by one subject.
+        """
+        out: list[RunningSubject] = []
+        to_wall = time.time() - time.monotonic()
+        for w in list(self.workers):
+            if w.dead or not w.outstanding:
+                continue
+            try:
+                _, running, started_at = w.progress()
+                if running is not None:
+                    out.append(RunningSubject(w.outstanding[running], w.pid, started_at + to_wall, w.scratch_path))
+            except (IndexError, RuntimeError):  # the runner moved on while we read
+                continue
+        return out
 
     # ------------------------------------------------------------ starting
     def spawn(self, op: OperatorRef, module: str, now: float, scratch_dir: str | None) -> WorkerHandle:
