@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import MISSING, Field, dataclass, fields
+from operator import attrgetter
 from typing import Any, ClassVar, TypeVar
 
 
@@ -36,23 +37,18 @@ class _Unset:
 
 UNSET: Any = _Unset()
 EVENT_TYPES: dict[str, type[Event]] = {}  # kind -> class
-_TO_DICT: dict[type, Callable[[Any], dict[str, Any]]] = {}  # class -> its event_dict, generated
+_LAYOUT: dict[type, tuple[Callable[[Any], tuple], tuple[str, ...], bool]] = {}  # class -> see _layout
 E = TypeVar("E", bound="Event")
 
 
-def _dict_maker(kind: str, event_fields: tuple[Field, ...]) -> Callable[[Any], dict[str, Any]]:
-    """``event_dict`` for one class, built once from its fields as dataclasses builds ``__init__``:
-    one dict display and one chain of identity tests (a subject's event runs it per subject)."""
-    items = ", ".join([f"'event': {kind!r}"] + [f"{f.name!r}: e.{f.name}" for f in event_fields])
-    lines = ["def to_dict(e):", f"    d = {{{items}}}"]
-    unsettable = [f"e.{f.name} is UNSET" for f in event_fields if f.default is UNSET]
-    if unsettable:
-        lines += [f"    if {' or '.join(unsettable)}:",
-                  "        d = {k: v for k, v in d.items() if v is not UNSET}"]
-    lines.append("    return d")
-    namespace: dict[str, Any] = {"UNSET": UNSET}
-    exec("\n".join(lines), namespace)  # constant text, from the class's own field names only
-    return namespace["to_dict"]
+def _layout(event_fields: tuple[Field, ...]) -> tuple[Callable[[Any], tuple], tuple[str, ...], bool]:
+    """What ``event_dict`` needs of one class, worked out once: a getter of every field's value
+    (one C call), the field names in order, and whether any field can be ``UNSET``."""
+    names = tuple(f.name for f in event_fields)
+    if len(names) > 1:
+        return attrgetter(*names), names, any(f.default is UNSET for f in event_fields)
+    getter = attrgetter(*names)  # one name: attrgetter returns the value, not a tuple
+    return (lambda e: (getter(e),)), names, any(f.default is UNSET for f in event_fields)
 
 
 def _event(kind: str) -> Callable[[type[E]], type[E]]:
@@ -62,7 +58,7 @@ def _event(kind: str) -> Callable[[type[E]], type[E]]:
         cls = dataclass(slots=True, kw_only=True)(cls)
         cls.EVENT = kind
         EVENT_TYPES[kind] = cls
-        _TO_DICT[cls] = _dict_maker(kind, fields(cls))
+        _LAYOUT[cls] = _layout(fields(cls))
         return cls
 
     return register
@@ -232,7 +228,14 @@ class ConsoleLine(Event):
 
 def event_dict(event: Event) -> dict[str, Any]:
     """The JSON object an event is written as: ``event`` first, then its set fields in order."""
-    return _TO_DICT[type(event)](event)
+    getter, names, unsettable = _LAYOUT[type(event)]
+    values = getter(event)
+    d = {"event": event.EVENT}
+    if unsettable and UNSET in values:  # identity first: _Unset has no __eq__ of its own
+        d.update([(n, v) for n, v in zip(names, values, strict=True) if v is not UNSET])
+    else:
+        d.update(zip(names, values, strict=True))
+    return d
 
 
 def parse_event(data: dict[str, Any]) -> Event | None:
