@@ -78,6 +78,20 @@ class WorkerStartError(HabitrunError):
     """No worker process could be started at all (exit 2): a run-level problem, no subject's failure."""
 
 
+class OperatorBindError(HabitrunError):
+    """A stage's operator could not be made ready in a worker (a class whose constructor raised, exit 2).
+
+    The stage's error, not its subjects': every subject would fail the same way, so the
+    run stops at the first one, its subjects are not run and none is recorded as failed
+    (a missing dependency or a bad parameter is fixed, then the run resumed).
+    """
+
+    @classmethod
+    def for_stage(cls, stage: str, operator: str, error: str) -> OperatorBindError:
+        return cls(f"stage {stage!r}: cannot construct its operator {operator}: {error}; "
+                   "the run stopped, its subjects were not run and none was recorded as failed")
+
+
 class LaunchError(HabitrunError):
     """A rank group could not be started or failed past its restarts."""
 

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from habitrun.engine.control import StopFlag
-from habitrun.positional import builder
 
 
 @dataclass(frozen=True)
@@ -72,12 +71,6 @@ class SubjectOutcome:
     worker_pid: int | None = None
     usage: tuple | None = None  # habitrun.engine.usage.Usage, measured where the subject ran; None if it died
 
-
-# Positional builders of both, for the few places that make one per subject (habitrun/positional.py):
-# the worker's reading of a RUN and its outcome, the runner's tasks and its reading of a reply.
-new_task = builder(SubjectTask, "key", "subject_id", "fields", "inputs", "workdir", "log_path", "attempt")
-new_outcome = builder(SubjectOutcome, "task", "ok", "result", "error", "kind", "traceback", "duration_sec",
-                      "worker_pid", "usage")
 
 ReportFn = Callable[[list[SubjectOutcome]], None]
 

@@ -37,7 +37,6 @@ from habitrun.engine.contract import (
     OperatorRef,
     SubjectOutcome,
     SubjectTask,
-    new_outcome,
 )
 from habitrun.engine.subject import Collection, Subject
 from habitrun.engine.usage import meter
@@ -279,5 +278,6 @@ def execute(bound: BoundOperator, task: SubjectTask, *, capture: str = "fd",
         _write_log(task, output, tb)
     duration = time.perf_counter() - start
     if kind is not None:
-        return new_outcome(task, False, None, error, kind, tb, duration, pid, usage)
-    return new_outcome(task, True, result, None, None, None, duration, pid, usage)
+        return SubjectOutcome(task=task, ok=False, error=error, kind=kind, traceback=tb, duration_sec=duration,
+                              worker_pid=pid, usage=usage)
+    return SubjectOutcome(task=task, ok=True, result=result, duration_sec=duration, worker_pid=pid, usage=usage)

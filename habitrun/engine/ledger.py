@@ -15,13 +15,7 @@ from habitrun.engine.recorder import Recorder
 from habitrun.engine.run_summary import FailureLine, StageCounts
 from habitrun.engine.tracing import done_event, failed_event, trace_row
 from habitrun.planner.plan import StagePlan, SubjectStatus
-from habitrun.positional import builder
 from habitrun.store.checkpoint import Record
-
-# One per subject on the dispatch thread: positional (see habitrun/positional.py).
-_new_record = builder(
-    Record, "stage", "key", "subject_id", "ok", "result", "error", "kind", "attempts", "components", "run_id",
-    "log_path", "duration_sec")
 
 
 class StageLedger:
@@ -51,10 +45,11 @@ class StageLedger:
     def record(self, task: SubjectTask, outcome: SubjectOutcome) -> Record:
         """The store record of an outcome."""
         ok = outcome.ok
-        return _new_record(
-            self.stage, task.key, task.subject_id, ok, outcome.result if ok else None, None if ok else outcome.error,
-            None if ok else outcome.kind, task.attempt, self.plan.components_json(task.subject_id), self.run_id,
-            task.log_path, outcome.duration_sec)
+        return Record(
+            stage=self.stage, key=task.key, subject_id=task.subject_id, ok=ok, result=outcome.result if ok else None,
+            error=None if ok else outcome.error, kind=None if ok else outcome.kind, attempts=task.attempt,
+            components=self.plan.components_json(task.subject_id), run_id=self.run_id, log_path=task.log_path,
+            duration_sec=outcome.duration_sec)
 
     def done(self, outcome: SubjectOutcome, now: float, *, count_retry: bool = True) -> None:
         """A success: stored, counted, reported."""

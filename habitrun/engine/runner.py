@@ -31,7 +31,13 @@ from habitrun.engine.stage_inputs import GROUP_FILE_NAME, StageInputs, group_wor
 from habitrun.engine.stages import read_results, refusal, run_stage
 from habitrun.engine.stopnotice import StopNotices
 from habitrun.engine.write_failure import WriteFailure
-from habitrun.errors import EXIT_FAILED_SUBJECTS, EXIT_OK, StoreError, WorkerStartError
+from habitrun.errors import (
+    EXIT_FAILED_SUBJECTS,
+    EXIT_OK,
+    OperatorBindError,
+    StoreError,
+    WorkerStartError,
+)
 from habitrun.planner.context import build_context
 from habitrun.planner.plan import GROUP_SUBJECT, StagePlan, SubjectStatus
 from habitrun.spec.discover import write_table
@@ -324,16 +330,16 @@ class StudyRunner:
         except OSError as exc:
             raise StoreError(f"cannot write {self.run.path / SUBJECTS_TABLE}: {exc}") from None
 
-    def run_stages(self) -> WorkerStartError | None:
+    def run_stages(self) -> WorkerStartError | OperatorBindError | None:
         """Each selected stage until the end or a stop; the run-level error a backend raised, if any."""
-        error: WorkerStartError | None = None
+        error: WorkerStartError | OperatorBindError | None = None
         running = RunningFile(self.run.path / RUNNING_FILE, self.running_now).start()
         try:
             for stage in self.selected:
                 if self.stop.is_set():
                     break
                 run_stage(self, stage)
-        except WorkerStartError as exc:  # run-level: recorded as the run's end, then reported (exit 2)
+        except (WorkerStartError, OperatorBindError) as exc:  # run-level: recorded as the run's end, then reported (exit 2)
             error = exc
         finally:
             hard = self.stop.hard
@@ -363,7 +369,7 @@ class StudyRunner:
         return facts
 
     # ------------------------------------------------------------------ the run's end
-    def finish(self, started: float, error: WorkerStartError | None) -> RunSummary:
+    def finish(self, started: float, error: WorkerStartError | OperatorBindError | None) -> RunSummary:
         """Record the run's outcome in its events and its folder; the summary (or the run-level error)."""
         self.raise_if_unwritable(started)
         outcome, exit_code = ("error", error.exit_code) if error else self.outcome()

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 
 from habitrun.engine.contract import Backend, OperatorRef, ReportFn, RunningSubject, SubjectTask
 from habitrun.engine.control import StopFlag
-from habitrun.engine.invoke import BoundOperator, bind_operator, execute
+from habitrun.engine.invoke import BoundOperator, bind_operator, execute, one_line
+from habitrun.errors import HabitrunError, OperatorBindError
 from habitrun.spec.policy import RunPolicy
 
 
@@ -37,7 +38,12 @@ class SerialBackend(Backend):
 
     def run_tasks(self, op: OperatorRef, tasks: Sequence[SubjectTask], report: ReportFn, stop: StopFlag) -> None:
         if self._bound is None or self._bound[0] != op:
-            self._bound = (op, bind_operator(op))
+            try:
+                self._bound = (op, bind_operator(op))
+            except HabitrunError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the stage's error, not its subjects' (see OperatorBindError)
+                raise OperatorBindError.for_stage(op.stage, op.path, one_line(exc)) from exc
         bound = self._bound[1]
         for task in tasks:
             if stop.is_set():

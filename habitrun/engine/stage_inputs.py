@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from habitrun.engine.contract import SubjectTask, new_task
+from habitrun.engine.contract import SubjectTask
 from habitrun.planner.plan import GROUP_SUBJECT, StagePlan
 from habitrun.spec.recipe import StageSpec
 from habitrun.spec.subjects import SubjectRow
@@ -76,8 +76,8 @@ class StageInputs:
                 inputs = {need: upstream[need][sid] for need in needs} if needs else {}
                 if shared:
                     inputs = {need: inputs[need] if need in inputs else shared[need] for need in stage.needs}
-                append(new_task(key, sid, row.fields, inputs,
-                                f"{work_root}{safe}/{key_folder(key)}", f"{log_root}{safe}.log", 1))
+                append(SubjectTask(key=key, subject_id=sid, fields=row.fields, inputs=inputs,
+                                   workdir=f"{work_root}{safe}/{key_folder(key)}", log_path=f"{log_root}{safe}.log"))
         return tasks
 
     def need_results(self, need: str, members: Sequence[str]) -> Any:

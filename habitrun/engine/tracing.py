@@ -11,12 +11,8 @@ import socket
 
 from habitrun.engine.contract import SubjectOutcome
 from habitrun.engine.events import SubjectDone, SubjectFailed, as_failed
-from habitrun.positional import builder
 
 _HOST = socket.gethostname()
-# One per subject: positional, in the trace row's own order (see habitrun/positional.py).
-_new_done = builder(SubjectDone, "stage", "subject", "attempt", "duration_sec", "pid", "queued_at", "started_at",
-                    "ended_at", "cpu_sec", "peak_rss_mb", "read_bytes", "write_bytes", "host", "gpu")
 
 
 def trace_row(run_id: str, stage: str, outcome: SubjectOutcome, word: str, queued_at: float | None,
@@ -40,8 +36,9 @@ def trace_row(run_id: str, stage: str, outcome: SubjectOutcome, word: str, queue
 
 def done_event(stage: str, row: tuple) -> SubjectDone:
     """The ``subject_done`` event of a traced attempt (built straight from the row: this runs per subject)."""
-    return _new_done(stage, row[2], row[3], row[10], row[16], row[7], row[8], row[9], row[11], row[12], row[14],
-                     row[15], row[17], row[18])
+    return SubjectDone(stage=stage, subject=row[2], attempt=row[3], duration_sec=row[10], pid=row[16],
+                       queued_at=row[7], started_at=row[8], ended_at=row[9], cpu_sec=row[11], peak_rss_mb=row[12],
+                       read_bytes=row[14], write_bytes=row[15], host=row[17], gpu=row[18])
 
 
 def failed_event(stage: str, row: tuple, final: bool) -> SubjectFailed:

@@ -48,7 +48,6 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
-from habitrun.positional import builder
 from habitrun.store.records import Record
 
 JOURNAL_FILE = "journal.bin"
@@ -60,7 +59,11 @@ RESULT_MAX = 64 * 1024  # a larger result is not journaled (its subject runs aga
 BATCH_MAX = 16 * 1024 * 1024  # a batch pickled larger is looked at record by record
 _FRAME = struct.Struct(">II")
 _row_of = attrgetter(*FIELDS)
-record_of = builder(Record, *FIELDS)  # a journal row back into a Record
+
+
+def record_of(*row: Any) -> Record:
+    """A journal row (the :data:`FIELDS` of a record, in that order) back into a Record."""
+    return Record(**dict(zip(FIELDS, row, strict=True)))
 
 
 def _frame(payload: Any) -> bytes:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields, replace
 
 import pytest
 
 from habitrun.engine.contract import FailureKind, SubjectOutcome, SubjectTask
 from habitrun.engine.events import (
     EVENT_TYPES,
+    UNSET,
     CheckpointCleared,
     ConsoleLine,
     LargeResult,
@@ -19,11 +20,14 @@ from habitrun.engine.events import (
     StageFinished,
     StageStarted,
     Stopping,
+    SubjectDone,
     SubjectFailed,
     SubjectSkipped,
     TrainStarted,
     event_dict,
+    fields_dict,
     parse_event,
+    subject_done_dict,
 )
 from habitrun.engine.tracing import done_event, failed_event, trace_row
 
@@ -101,3 +105,15 @@ def test_a_traced_attempt_carries_its_trace_rows_measurements() -> None:
 def test_an_unknown_kind_reads_as_nothing() -> None:
     assert parse_event({"event": "from_the_future", "x": 1}) is None
     assert parse_event({"no": "event"}) is None
+
+
+@pytest.mark.parametrize("unset", [(), ("pid", "host", "gpu"),
+                                   ("duration_sec", "pid", "queued_at", "started_at", "ended_at", "cpu_sec",
+                                    "peak_rss_mb", "read_bytes", "write_bytes", "host", "gpu")])
+def test_the_written_out_subject_done_matches_its_fields(unset: tuple[str, ...]) -> None:
+    values = {f.name: f"v{i}" for i, f in enumerate(fields(SubjectDone))}
+    done = SubjectDone(**{**values, **dict.fromkeys(unset, UNSET)})
+    written = subject_done_dict(done)
+    assert list(written.items()) == list(fields_dict(done).items())  # same keys, same order, same values
+    assert len(written) == 1 + len(values) - len(unset)
+    assert event_dict(done) == written

@@ -28,7 +28,7 @@ import pickle
 import struct
 from typing import Any
 
-from habitrun.engine.contract import OperatorRef, SubjectOutcome, SubjectTask, new_outcome, new_task
+from habitrun.engine.contract import OperatorRef, SubjectOutcome, SubjectTask
 
 BIND = "bind"
 RUN = "run"
@@ -92,7 +92,8 @@ def run_frame(task: SubjectTask) -> bytes:
 def task_from(t: tuple[Any, ...]) -> SubjectTask:
     """The task a RUN message carries (its second element)."""
     key, subject_id, fields, inputs, workdir, log_path, attempt = t
-    return new_task(key, subject_id, fields, inputs, workdir, log_path, attempt)
+    return SubjectTask(key=key, subject_id=subject_id, fields=fields, inputs=inputs, workdir=workdir,
+                       log_path=log_path, attempt=attempt)
 
 
 def done_message(outcome: SubjectOutcome) -> tuple[Any, ...]:
@@ -110,7 +111,8 @@ def failure_message(error: str, kind: str, traceback: str | None = None, duratio
 def read_done(message: tuple[Any, ...], task: SubjectTask, worker_pid: int) -> SubjectOutcome:
     """The outcome a DONE reply carries for ``task``, run by the worker ``worker_pid``."""
     _, ok, result, error, kind, traceback, duration, usage = message
-    return new_outcome(task, ok, result, error, None if ok else kind, traceback, duration, worker_pid, usage)
+    return SubjectOutcome(task=task, ok=ok, result=result, error=error, kind=None if ok else kind, traceback=traceback,
+                          duration_sec=duration, worker_pid=worker_pid, usage=usage)
 
 
 _HEADER = struct.Struct("!i")

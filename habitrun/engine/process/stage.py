@@ -39,7 +39,7 @@ from habitrun.engine.process.book import StageBook
 from habitrun.engine.process.endings import Endings
 from habitrun.engine.process.handle import WorkerHandle
 from habitrun.engine.process.pool import WorkerPool
-from habitrun.errors import WorkerStartError
+from habitrun.errors import OperatorBindError, WorkerStartError
 from habitrun.spec.operators import split_import_path
 
 SPAWN_RETRY_SEC = 1.0  # after a failed start (other workers alive), try another start no sooner
@@ -327,8 +327,9 @@ class StageRun:
             w.head_since = now
             if w.spare:  # nobody's failure: the slot's next fresh worker binds (and reports) again
                 w.kill()
-            elif not self.book.stopping:
-                self.book.fail_queue(f"cannot bind operator: {P.read_bind_error(msg)}", FailureKind.EXCEPTION)
+            elif not self.book.stopping:  # the stage's error, not its subjects' (see OperatorBindError)
+                self.flush()
+                raise OperatorBindError.for_stage(self.op.stage, self.op.path, P.read_bind_error(msg))
         elif tag == P.RECALLED:
             w.recalling = False
             self.book.take_back(w, P.read_recalled(msg))
