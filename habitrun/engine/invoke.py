@@ -211,12 +211,14 @@ def one_line(exc: BaseException) -> str:
 _DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
-def _write_log(task: SubjectTask, output: bytes, tb: str | None) -> None:
+def write_log(task: SubjectTask, output: bytes, tb: str | None, pid: int | None = None) -> None:
+    """Append to the subject's log: a header naming the process that ran it (``pid``, else this one),
+    what it wrote, and the traceback."""
     path = task.log_path
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "ab") as log:
-            log.write(log_header(task, os.getpid()))
+            log.write(log_header(task, os.getpid() if pid is None else pid))
             log.write(output)
             if tb:
                 log.write(tb.encode("utf-8", "replace"))
@@ -275,7 +277,7 @@ def execute(bound: BoundOperator, task: SubjectTask, *, capture: str = "fd",
                 note = f"\n--- habitrun: {len(output) - 2 * half} bytes cut here ---\n".encode()
                 output = output[:half] + note + output[-half:]
     if output or tb:
-        _write_log(task, output, tb)
+        write_log(task, output, tb)
     duration = time.perf_counter() - start
     if kind is not None:
         return SubjectOutcome(task=task, ok=False, error=error, kind=kind, traceback=tb, duration_sec=duration,

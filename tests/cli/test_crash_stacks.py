@@ -124,3 +124,36 @@ def test_a_segfaulting_train_rank_leaves_its_python_stack_in_its_stderr_log(tmp_
     assert "Fatal Python error: Segmentation fault" in text
     frame = "crash_in_rank_one" if "ops:train" in entry else "crash_in_the_command"
     assert re.search(rf'line \d+ in {frame}\n', text), text
+
+
+DASK_RECIPE = """\
+habitrun: 1
+name: crashes-dask
+subjects: {manifest: subjects.csv}
+policy: {workers: 2, backend: dask, auto_retry_on: [], subject_timeout_sec: 60, graceful_shutdown_sec: 3}
+stages:
+  - {name: a, operator: "ops:measure"}
+"""
+
+
+@pytest.mark.dask
+@pytest.mark.timeout(120)
+def test_a_subject_that_crashes_its_dask_worker_leaves_its_python_stack_in_its_log(tmp_path):
+    """A Dask worker's stderr is Dask's: faulthandler writes to the worker's crash file beside the
+    stage's logs, and the client copies it into the log of the subject it charges."""
+    pytest.importorskip("distributed", reason="dask.distributed is not installed (the dask extra)")
+    folder = study(tmp_path, DASK_RECIPE)
+    run = habitrun("run", "recipe.yaml", cwd=folder)
+    assert run.returncode == 1, run.stdout + run.stderr
+    status = habitrun("status", "recipe.yaml", cwd=folder)
+    assert status.returncode == 1
+    lines = status.stdout.splitlines()
+    at = next(n for n, line in enumerate(lines) if "a S2: worker_died" in line)
+    log = Path(lines[at + 1].split("log: ", 1)[1].strip())
+    assert log.name == "S2.log" and log.parent.name == "a"
+    text = log.read_text()
+    assert "Fatal Python error: Segmentation fault" in text
+    assert re.search(r'ops\.py", line \d+ in crash_in_the_operator\n.*ops\.py", line \d+ in measure', text), text
+    assert text.index("Fatal Python error") < text.index("running this subject died")
+    assert not list(log.parent.glob(".crash-*")), "the workers' crash files outlive the stage"
+    assert re.search(r"^ a\s+map\s+3\s+1\s", status.stdout, re.M), status.stdout

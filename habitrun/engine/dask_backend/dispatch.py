@@ -42,8 +42,10 @@ from typing import Any
 from habitrun.engine.contract import FailureKind, OperatorRef, ReportFn, SubjectOutcome, SubjectTask
 from habitrun.engine.control import StopFlag
 from habitrun.engine.dask_backend.cluster import ClusterHandle, DaskClusterError
+from habitrun.engine.dask_backend.crashfile import remove_crash_files, take_crash
 from habitrun.engine.dask_backend.state import SharedState
 from habitrun.engine.dask_backend.worker import BatchContext, WireOutcome, run_batch, stop_token
+from habitrun.engine.invoke import write_log
 from habitrun.spec.policy import RunPolicy
 
 MAX_HOST_LOSSES = 2  # a subject is resent this often when its worker's whole job ends under it
@@ -111,6 +113,7 @@ class StageDispatch:
             os.close(wake_r)
             os.close(wake_w)
             self.shared.listeners.remove(self.q)
+            remove_crash_files(t.log_path for t in self.tasks)
             try:
                 self.client.unsubscribe_topic(self.topic)
             except Exception:  # noqa: BLE001 - a lost client has nothing to unsubscribe
@@ -346,6 +349,9 @@ class StageDispatch:
             where = f"{address} (pid {pid})" if pid is not None else address
             error = f"the Dask worker {where} running this subject died (killed or crashed)"
             kind = FailureKind.WORKER_DIED
+            crash = take_crash(task.log_path, pid)
+            if crash:  # faulthandler's stack of the subject that crashed it, into the subject's log
+                write_log(task, crash + f"--- habitrun: {error}\n".encode(), None, pid)
         self._deliver([(index, SubjectOutcome(task=task, ok=False, error=error, kind=kind, worker_pid=pid))])
 
     def _emit(self, batch: _Batch, wires: list[WireOutcome]) -> None:

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from habitrun.engine.contract import FailureKind, OperatorRef, SubjectOutcome, SubjectTask
+from habitrun.engine.dask_backend.crashfile import CrashFile
 from habitrun.engine.invoke import BoundOperator, bind_operator, execute, one_line
 
 # Tokens of run_tasks calls the client has asked to stop (set through Client.run).
@@ -74,6 +75,7 @@ class _SubjectThread:
         self.subjects_run = 0
         self.consecutive_failures = 0
         self.retiring: str | None = None  # why this worker waits for its restart
+        self.crash_file = CrashFile()  # a subject that kills the process leaves its stack there
         thread = threading.Thread(target=self._loop, name="habitrun-subject", daemon=True)
         thread.start()
 
@@ -86,6 +88,7 @@ class _SubjectThread:
             self.outbox.put(self._run(op, task))
 
     def _run(self, op: OperatorRef, task: SubjectTask) -> SubjectOutcome:
+        self.crash_file.arm(task.log_path)
         if self._bound is None or self._bound[0] != op:
             self._bound = None
             try:
