@@ -48,8 +48,8 @@ def strays() -> dict[str, object]:
     launcher, daemon = _started(["sh", "-c", "setsid sleep 60 & echo $!"])
     launcher.wait()
     deadline = time.monotonic() + 10
-    while _parent(daemon) != os.getpid() and time.monotonic() < deadline:
-        time.sleep(0.005)  # its parent is gone: it comes to us, the subreaper
+    while (_parent(daemon) != os.getpid() or os.getpgid(daemon) != daemon) and time.monotonic() < deadline:
+        time.sleep(0.005)  # its parent is gone: it comes to us, the subreaper; and its setsid has run
     tree = [stray.pid, stray_child, daemon]
     first = kill_below(only_strays=True)
     after_first = {"pool": _alive(pool.pid), "strays": [pid for pid in tree if _alive(pid)]}
