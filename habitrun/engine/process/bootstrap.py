@@ -80,13 +80,18 @@ def run_request(target: Callable[..., Any], fds: list[int], args: tuple[Any, ...
         traceback.print_exc()
         code = 1
     finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                if stream is not None:
-                    stream.flush()
-            except (OSError, ValueError):
-                pass
+        flush_std()
     os._exit(code)
+
+
+def flush_std() -> None:
+    """Flush stdout and stderr before an ``os._exit`` (which skips the interpreter's own flush)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):
+            pass
 
 
 def spawned() -> NoReturn:

@@ -175,12 +175,7 @@ def _wait_exit(popen: subprocess.Popen[bytes], timeout: float) -> bool:
 # ---------------------------------------------------------------------------- the server's side
 def _leave_now() -> None:
     """Registered first, so run last of the exit handlers: flush, and exit without the teardown."""
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            if stream is not None:
-                stream.flush()
-        except (OSError, ValueError):
-            pass
+    bootstrap.flush_std()
     os._exit(_exit_status)
 
 
