@@ -188,7 +188,7 @@ def with_files(n: int, repeat: int, size: int) -> None:
 
 def _subjects_and_store(loaded: Any, read_only: bool) -> tuple[Any, CheckpointStore]:
     """The subjects and the store. ``read_only`` as `habitrun plan` gets them: side by side when
-    the habitrun under test can (habitrun.planner.opening), else one after the other. Otherwise
+    the habitrun under test can (habitrun.study.opening, formerly habitrun.planner.opening), else one after the other. Otherwise
     the store opened for writing (the plan keeps the digests of the files it read), after."""
     def open_store() -> CheckpointStore:
         return CheckpointStore.open(loaded.store_dir(), create=False, read_only=read_only)
@@ -196,9 +196,12 @@ def _subjects_and_store(loaded: Any, read_only: bool) -> tuple[Any, CheckpointSt
     if not read_only:
         return load_subjects(loaded), open_store()
     try:
-        from habitrun.planner.opening import subjects_and_store
-    except ImportError:  # an older tree (--against)
-        return load_subjects(loaded), open_store()
+        from habitrun.study.opening import subjects_and_store
+    except ImportError:
+        try:
+            from habitrun.planner.opening import subjects_and_store
+        except ImportError:  # an older tree (--against)
+            return load_subjects(loaded), open_store()
     return subjects_and_store(loaded, open_store)
 
 

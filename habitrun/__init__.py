@@ -7,16 +7,20 @@ import importlib
 __version__ = "0.1.0"
 
 
-def results(recipe: object, stage: str, *, manifest: bool = False) -> object:
-    """A map stage's current results as a pandas DataFrame indexed by subject id.
+def results(recipe: object, stage: str, *, manifest: bool = False, meta: bool = False,
+            run: str | None = None, overrides: tuple[str, ...] = ()) -> object:
+    """A stage's current results: a map stage's as a pandas DataFrame indexed by subject id.
 
-    ``habitrun.results("recipe.yaml", "features")``: one row per subject of the
-    manifest (failed ones with their error), the result's keys as columns
-    (nested keys joined with ``.``), plus status, duration and peak memory;
-    ``manifest=True`` adds the manifest's fields. Imported on first call, so
+    ``habitrun.results("recipe.yaml", "features")``: one row per subject, the
+    operator's result keys as columns (nested keys joined with ``.``; paths
+    absolute); ``meta=True`` adds status, error, duration, CPU and peak memory,
+    ``manifest=True`` the manifest's fields. By default the results of the
+    latest run (its overrides); ``run`` names another run, ``overrides``
+    (``("stages.f.params.bins=64",)``) select others. A collect or train stage's
+    result comes as it is, a table as a DataFrame. Imported on first call, so
     ``import habitrun`` stays cheap. Needs the ``tables`` extra (pandas).
     """
     # By name: the package root sits beside the layers (store.provenance reads __version__
     # from it), so it must not import a layer statically.
-    module = importlib.import_module("habitrun.planner.results")
-    return module.results(recipe, stage, manifest=manifest)
+    module = importlib.import_module("habitrun.study.results")
+    return module.results(recipe, stage, manifest=manifest, meta=meta, run=run, overrides=tuple(overrides))

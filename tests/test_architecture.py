@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYER_ORDER = ["errors", "spec", "store", "planner", "engine", "cli"]
+LAYER_ORDER = ["errors", "spec", "store", "planner", "engine", "study", "cli"]
 LAUNCHER_MAY_IMPORT = {"errors", "launcher"}
 
 

@@ -37,8 +37,8 @@ from habitrun.errors import EXIT_FAILED_SUBJECTS, EXIT_INTERRUPTED, HabitrunErro
 from habitrun.spec.loader import LoadedRecipe, load_recipe
 from habitrun.spec.subjects import load_subjects, rows_by_id, subject_ids
 from habitrun.store.checkpoint import CheckpointStore
-from habitrun.store.folders import ensure_folder
 from habitrun.store.lock import StoreLock
+from habitrun.study.opening import open_store
 
 RESULT_SHOWN_CHARS = 300  # a result's repr is cut past this
 _PACKAGE_DIR = str(Path(habitrun.__file__).resolve().parent)
@@ -50,21 +50,12 @@ def _close(word: str, names: list[str]) -> list[str]:
 
 def _open_store(loaded: LoadedRecipe, *, write: bool) -> CheckpointStore | None:
     """The store to write (``--store``: created if needed, as a run does), else the existing one read-only."""
-    store_dir = loaded.store_dir()
-    if write:
-        ensure_folder(loaded.run_root())
-        ensure_folder(store_dir.parent)
-        store = CheckpointStore.open(store_dir)
-        store.set_roots(loaded.run_root(), loaded.root)
+    store = open_store(loaded, write=write, create=write)
+    if write and store is not None:
         warning = store.check_recipe(loaded.recipe.name, loaded.sha256,
                                      strict=loaded.recipe.policy.strict_checkpoint_hash)
         if warning:
             err_console.print(f"[yellow]warning:[/] {esc(warning)}", highlight=False)
-        return store
-    if not CheckpointStore.exists(store_dir):
-        return None
-    store = CheckpointStore.open(store_dir, create=False, read_only=True)
-    store.set_roots(loaded.run_root(), loaded.root)
     return store
 
 

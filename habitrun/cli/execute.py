@@ -22,12 +22,15 @@ from habitrun.cli import consoleout, entry
 from habitrun.cli.app import err_console
 from habitrun.cli.progress import RunDisplay
 from habitrun.cli.summary import print_summary
+from habitrun.cli.text import esc
 from habitrun.engine.events import Event, RunStarted
 from habitrun.engine.runner import run_study
 from habitrun.errors import LostRecordsError, StoreWriteError
 from habitrun.spec.loader import LoadedRecipe, load_recipe
 from habitrun.spec.opcheck import OperatorCheck
+from habitrun.store.runindex import note_run_elsewhere
 from habitrun.store.runs import RUNS
+from habitrun.study.which import home_elsewhere
 
 RETRY_FAILED_HELP = "Rerun the subjects whose failure an earlier run recorded (policy.retry_failed_subjects=true)."
 RERUN_HELP = "Rerun this subject even if it is stored as done (repeat for several; with --stage, only in that stage)."
@@ -92,6 +95,7 @@ def execute(console: Console, loaded: LoadedRecipe, *, quiet: bool, recipe_arg: 
     ``report`` (or ``policy.report``) writes the run's HTML report into its folder at the end.
     ``accept_loss``: go on when committed records are lost for good (engine/recovering.py).
     """
+    home = home_elsewhere(loaded, run_kwargs.get("source_path"))  # run_dir given: listed in the study's own
     try:
         with OperatorCheck.start(loaded) as operators, RunDisplay(console, quiet=quiet) as display:
             def observe(event: Event) -> None:
@@ -99,6 +103,8 @@ def execute(console: Console, loaded: LoadedRecipe, *, quiet: bool, recipe_arg: 
                     folder = loaded.run_root() / RUNS / event.run_id
                     consoleout.attach(folder)  # what a closed console could not show goes there
                     entry.note_run(str(folder), resume)  # a stop signal names it
+                    if home is not None:
+                        list_elsewhere(console, home, folder)
                 display.on_event(event)
 
             summary = run_study(loaded, argv=sys.argv, observer=observe,
@@ -117,6 +123,15 @@ def execute(console: Console, loaded: LoadedRecipe, *, quiet: bool, recipe_arg: 
 
         write_run_report(console, loaded, summary.run)
     raise typer.Exit(summary.exit_code)
+
+
+def list_elsewhere(console: Console, home: Path, folder: Path) -> None:
+    """List a run folder made outside the study's own run root there, so read commands find it."""
+    try:
+        note_run_elsewhere(home, folder)
+    except OSError as exc:
+        console.print(f"[yellow]warning:[/] cannot list this run in {esc(str(home))} ({esc(exc.strerror or str(exc))}): "
+                      f"`habitrun status` finds it only with its overrides", highlight=False)
 
 
 def _command_line() -> list[str]:

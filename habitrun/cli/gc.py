@@ -25,13 +25,12 @@ from habitrun.cli.app import app
 from habitrun.cli.findrecipe import recipe_and_overrides
 from habitrun.cli.plan import make_console
 from habitrun.cli.text import command, esc
-from habitrun.engine.runner import GROUP_FILE_NAME, lock_path_for
-from habitrun.planner.plan import GROUP_SUBJECT, Plan, plan_study
-from habitrun.spec.loader import LoadedRecipe, load_recipe
-from habitrun.spec.subjects import load_subjects
+from habitrun.engine.stage_inputs import GROUP_FILE_NAME
+from habitrun.planner.plan import GROUP_SUBJECT, Plan
+from habitrun.spec.loader import LoadedRecipe
 from habitrun.store.checkpoint import CheckpointStore
-from habitrun.store.lock import StoreLock
 from habitrun.store.runs import WORK, is_key_folder, key_folder
+from habitrun.study.facade import Study
 
 
 @dataclass
@@ -97,10 +96,10 @@ def _mb(n: int) -> str:
     return f"{n / 1e6:.1f} MB" if n >= 100_000 else f"{n / 1e3:.1f} kB"
 
 
-def _collect(loaded: LoadedRecipe, store: CheckpointStore | None) -> tuple[list, Garbage]:
-    subjects = load_subjects(loaded)
-    plan = plan_study(loaded, subjects, store)
-    return subjects, find_garbage(loaded, plan, subjects, store)
+def _collect(study: Study, store: CheckpointStore | None) -> tuple[list, Garbage]:
+    subjects = study.subjects()
+    plan = study.plan(subjects, store)
+    return subjects, find_garbage(study.loaded, plan, subjects, store)
 
 
 @app.command()
@@ -112,36 +111,28 @@ def gc(
 ) -> None:
     """Delete work folders and stored records that no current cache key uses (dry run by default)."""
     recipe, overrides = recipe_and_overrides(recipe_word, overrides)
-    loaded = load_recipe(recipe, tuple(overrides or ()))
+    study = Study.of_file(recipe, tuple(overrides or ()))
+    loaded = study.loaded
     again = command("habitrun", "gc", recipe, *overrides, "--yes")  # the exact command that deletes
     console = make_console()
-    store_dir = loaded.store_dir()
-    if not CheckpointStore.exists(store_dir) and not (loaded.run_root() / WORK).is_dir():
+    if not CheckpointStore.exists(loaded.store_dir()) and not (loaded.run_root() / WORK).is_dir():
         _report(console, loaded, Garbage(), show, done=yes, again=again)  # nothing has run: nothing to create or delete
         return
     if not yes:
-        store = None
-        if CheckpointStore.exists(store_dir):
-            store = CheckpointStore.open(store_dir, create=False, read_only=True)
+        store = study.store()
         try:
-            _subjects, garbage = _collect(loaded, store)
+            _subjects, garbage = _collect(study, store)
         finally:
             if store is not None:
                 store.close()
         _report(console, loaded, garbage, show, done=False, again=again)
         return
-    store_dir.parent.mkdir(parents=True, exist_ok=True)
-    with StoreLock(lock_path_for(store_dir)):
-        store = CheckpointStore.open(store_dir) if CheckpointStore.exists(store_dir) else None
-        try:
-            _subjects, garbage = _collect(loaded, store)
-            if store is not None and garbage.records:
-                store.discard(garbage.records)
-            for folder in garbage.folders:
-                shutil.rmtree(folder, ignore_errors=True)
-        finally:
-            if store is not None:
-                store.close()
+    with study.writing() as store:
+        _subjects, garbage = _collect(study, store)
+        if store is not None and garbage.records:
+            store.discard(garbage.records)
+        for folder in garbage.folders:
+            shutil.rmtree(folder, ignore_errors=True)
     _report(console, loaded, garbage, show, done=True, again=again)
 
 

@@ -22,13 +22,13 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from habitrun.cli.plan import open_existing_store
 from habitrun.cli.text import esc
 from habitrun.cli.text import human as fmt
 from habitrun.errors import StoreError
 from habitrun.spec.loader import LoadedRecipe
 from habitrun.store.runs import RUNNING_FILE, RunFolder
 from habitrun.store.trace import COL, spread
+from habitrun.study.opening import open_store
 
 STUCK_FACTOR = 5.0  # running longer than this many times the stage's p95 duration: possibly stuck
 STUCK_FLOOR_SEC = 10.0  # ... and never sooner than this (a stage of 50 ms subjects flags nothing at 250 ms)
@@ -262,7 +262,7 @@ def _red(n: int) -> str:
 def view_of(loaded: LoadedRecipe, run: RunFolder) -> LiveView:
     """The live view of ``run``, its learned durations read from the study's store opened read-only."""
     try:
-        store = open_existing_store(loaded)
+        store = open_store(loaded)
     except StoreError:  # a damaged store: `status` says so; the events alone still tell the progress
         store = None
     try:

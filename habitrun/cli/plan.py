@@ -1,7 +1,8 @@
 """`habitrun plan RECIPE [OVERRIDES...]`: what a run would do, per stage, without running anything.
 
-Reads the recipe, the manifest and (if there is one) the checkpoint store,
-and prints per stage how many subjects are done, failed, stale, pending,
+Reads the recipe file with the overrides given (never a run's: `plan` says what
+running this command line would do), the manifest and (if there is one) the
+checkpoint store those values select, and prints per stage how many subjects are done, failed, stale, pending,
 forced or blocked. ``--reason`` says why each one that would run (or
 cannot) is in that state; ``--json`` prints it all for machines. A store is
 never created here, and no record is written: only the digests of input files
@@ -26,12 +27,12 @@ from habitrun.cli.longtable import Cell, print_table
 from habitrun.cli.subjects_text import subjects_lines
 from habitrun.cli.text import esc
 from habitrun.errors import EXIT_USAGE
-from habitrun.planner.opening import subjects_and_store
-from habitrun.planner.plan import Plan, StagePlan, SubjectStatus, plan_study
-from habitrun.spec.loader import LoadedRecipe, load_recipe
+from habitrun.planner.plan import Plan, StagePlan, SubjectStatus
+from habitrun.spec.loader import LoadedRecipe
 from habitrun.store.checkpoint import CheckpointStore
 from habitrun.store.guard import empty_store_file
 from habitrun.store.recovery import Recovery, examine, unsettled
+from habitrun.study.facade import Study
 
 COLUMNS = ("done", "failed", "stale", "pending", "forced", "blocked")
 _STYLE = {"failed": "red", "stale": "yellow", "pending": "cyan", "forced": "magenta", "blocked": "yellow"}
@@ -90,21 +91,6 @@ def outside_notes(plan: Plan, store: CheckpointStore | None) -> list[str]:
             notes.append(f"stage {stage.name}: {count} stored result(s) name paths outside the study "
                          f"(e.g. {example}); they stay where they are if the study moves")
     return notes
-
-
-def open_existing_store(loaded: LoadedRecipe, *, verify: bool = False) -> CheckpointStore | None:
-    """The recipe's store, read-only, if one exists (StoreError if something else is there).
-
-    Never creates, upgrades or writes one: `plan` and `status` leave the database file as
-    it was (a read-only copy of a study can be planned).
-    """
-    store_dir = loaded.store_dir()
-    if not CheckpointStore.exists(store_dir):
-        return None
-    store = CheckpointStore.open(store_dir, create=False, read_only=True)
-    store.set_roots(loaded.run_root(), loaded.root)
-    store.verify_rows = verify
-    return store
 
 
 def print_counts(console: Console, plan: Plan, title: str | None = None) -> None:
@@ -216,16 +202,18 @@ def plan(
 ) -> None:
     """Show what a run would do, per stage: done / failed / stale / pending / forced / blocked."""
     recipe, overrides = recipe_and_overrides(recipe_word, overrides)
-    loaded = load_recipe(recipe, (*(overrides or ()), *(("policy.retry_failed_subjects=true",) if retry_failed else ())))
-    subjects, store = subjects_and_store(loaded, lambda: open_existing_store(loaded, verify=verify))
+    study = Study.of_file(recipe, (*(overrides or ()), *(("policy.retry_failed_subjects=true",) if retry_failed else ())))
+    loaded = study.loaded
+    subjects, store = study.subjects_and_store(verify=verify)
     try:
-        the_plan = plan_study(loaded, subjects, store)
+        the_plan = study.plan(subjects, store)
         recovery = journal_check(loaded, store)
         damaged = store_notes(loaded, store, shlex.join(["habitrun", "run", str(recipe), *(overrides or ())]), recovery)
         pending = recovery.pending_notes() if recovery is not None else []
         busy = store_user(loaded)
         if as_json:
             data = plan_json(loaded, the_plan, store, subjects)
+            data["about"] = study.about.as_json()
             data["in_progress"] = busy
             data["store_damage"] = damaged
             data["journaled"] = pending
@@ -237,7 +225,8 @@ def plan(
         console = make_console()
         where = (f"store {loaded.store_dir()}" if store is not None
                  else "no readable store: see below" if damaged else "no store yet: nothing has run")
-        title = f"plan for {loaded.recipe.name} ({len(subjects)} subjects; {where})"
+        given = f"; {study.about.words()}" if study.about.overrides else ""
+        title = f"plan for {loaded.recipe.name} ({len(subjects)} subjects; {where}{given})"
         print_counts(console, the_plan, esc(title))
         if busy is not None:
             console.print(f"[yellow]{esc(in_progress_text(busy))}[/]: these counts are the store's now and change "

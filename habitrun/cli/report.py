@@ -1,9 +1,11 @@
-"""`habitrun report RECIPE [-o report.html] [--run RUN_ID]`: the run's HTML report.
+"""`habitrun report [RECIPE] [OVERRIDES...] [-o report.html] [--run RUN_ID]`: the run's HTML report.
 
 One self-contained file (see cli/htmlreport): summary and provenance, per
 stage histograms of duration and peak memory against the policy's limits,
 a timeline with a lane per worker, and the failures with their log tails.
-By default the latest run's report goes into that run's folder. With
+By default the latest run's report (wherever ``run_dir`` put it) goes into that
+run's folder; ``--run ID`` picks another run, ``key=value`` overrides the latest
+run made with them. The first line on stderr says which run and overrides. With
 ``policy.report: true`` or ``run --report`` it is written at the end of
 every run. Nothing is written to the store.
 """
@@ -18,13 +20,12 @@ import typer
 from rich.console import Console
 
 from habitrun.cli.app import app, err_console
-from habitrun.cli.findrecipe import given_or_found
-from habitrun.cli.plan import open_existing_store
+from habitrun.cli.findrecipe import recipe_and_overrides
 from habitrun.cli.text import esc
-from habitrun.cli.trace import pick_run
-from habitrun.errors import HabitrunError
-from habitrun.spec.loader import LoadedRecipe, load_recipe
-from habitrun.store.runs import RUNS, RunFolder
+from habitrun.errors import HabitrunError, UsageError
+from habitrun.spec.loader import LoadedRecipe
+from habitrun.store.runs import RunFolder
+from habitrun.study.opening import open_store
 
 REPORT_NAME = "report.html"
 
@@ -36,7 +37,7 @@ def make_report(loaded: LoadedRecipe, run: RunFolder, output: Path | None = None
     )
     from habitrun.cli.htmlreport.page import write_report
 
-    store = open_existing_store(loaded)
+    store = open_store(loaded)
     try:
         data = gather(loaded, run, store)
     finally:
@@ -63,13 +64,20 @@ def write_run_report(console: Console, loaded: LoadedRecipe, run: RunFolder | No
 
 @app.command()
 def report(
-    recipe: Optional[Path] = typer.Argument(None, metavar="RECIPE", help="The recipe file (default: recipe.yaml here or in the nearest parent folder)."),  # noqa: UP045
+    recipe_word: Optional[str] = typer.Argument(None, metavar="RECIPE", help="The recipe file (default: recipe.yaml here or in the nearest parent folder)."),  # noqa: UP045
+    overrides: Optional[list[str]] = typer.Argument(None, help="Overrides like run's (key=value): the latest run made with them."),  # noqa: UP045
     output: Optional[Path] = typer.Option(None, "--output", "-o", help=f"The HTML file (default: {REPORT_NAME} in the run's folder)."),  # noqa: UP045
     run: Optional[str] = typer.Option(None, "--run", help="A run id (default: the latest run)."),  # noqa: UP045
 ) -> None:
     """Write a run's report: one HTML file that opens offline, charts included."""
-    loaded = load_recipe(given_or_found(recipe))
-    run_id = pick_run(loaded, run if run != "all" else None)
-    folder = RunFolder.open(loaded.run_root() / RUNS / str(run_id))
-    path = make_report(loaded, folder, output)
+    from habitrun.study.facade import Study
+
+    recipe, overrides = recipe_and_overrides(recipe_word, overrides)
+    study = Study.at_run(recipe, overrides, None if run == "all" else run)
+    if study.run is None:
+        what = "for these overrides: run the study with them" if overrides else "yet: run the study first"
+        raise UsageError(f"no run of {study.loaded.path} {what} "
+                         f"({shlex.join(['habitrun', 'run', str(study.loaded.path), *overrides])})")
+    path = make_report(study.loaded, study.run, output)
+    err_console.print(esc(study.about.line()), highlight=False)
     err_console.print(f"report: {esc(str(path))}", highlight=False)

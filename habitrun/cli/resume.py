@@ -24,7 +24,8 @@ from habitrun.cli.runhome import check_run_home, same_folder
 from habitrun.cli.text import esc
 from habitrun.errors import HabitrunError, RecipeError, StoreError
 from habitrun.spec.loader import LoadedRecipe, load_recipe
-from habitrun.store.runs import RunFolder, latest_run
+from habitrun.store.runindex import study_runs
+from habitrun.store.runs import RunFolder
 
 DEFAULT_RECIPE = Path("recipe.yaml")
 
@@ -52,7 +53,8 @@ def find_run(target: Path | None) -> tuple[RunFolder | None, Path, Path]:
         raise RecipeError(f"{target}: no such recipe file or run folder; give the recipe (habitrun resume RECIPE) "
                           f"or a run folder (.habitrun/runs/<run>)")
     loaded = load_recipe(target)
-    return latest_run(loaded.run_root()), target.resolve(), loaded.root
+    runs = study_runs(loaded.run_root())  # also a run that run_dir put elsewhere (store/runindex.py)
+    return (runs[-1] if runs else None), target.resolve(), loaded.root
 
 
 def stored_recipe(run: RunFolder, root: Path) -> LoadedRecipe:

@@ -1,8 +1,12 @@
-"""`habitrun status [RECIPE or RUN_FOLDER]`: the last run, per stage counts, and each failure.
+"""`habitrun status [RECIPE or RUN_FOLDER] [OVERRIDES...] [--run ID]`: the last run, per stage counts, and each failure.
 
-Given a recipe, the newest run under its run folder is shown and the stage
-counts come from planning the current recipe against the store; given a run
-folder, that run's stored recipe is planned from the folder it was run in.
+Given a recipe, the study's latest run is shown (wherever ``run_dir`` put it),
+and the stage counts come from planning the resolved recipe that run stored
+(its overrides) against its store; ``--run ID`` shows another run, and
+``key=value`` overrides show what those values select (with the latest run made
+with them, if any): see habitrun/study/which.py. Given a run folder, that run's
+stored recipe is planned from the folder it was run in. The first line names the
+run, and the overrides when there are any.
 Each failed subject is listed with its one-line reason and its log file.
 Nothing is written.
 """
@@ -21,42 +25,38 @@ from rich.console import Console
 
 from habitrun.cli.app import app, err_console
 from habitrun.cli.busy import in_progress_text, is_run, killed_before_folder, store_user
-from habitrun.cli.findrecipe import given_or_found
+from habitrun.cli.findrecipe import recipe_and_overrides
 from habitrun.cli.live import LiveView, render, view_of
 from habitrun.cli.longtable import Cell, print_table
-from habitrun.cli.plan import (
-    make_console,
-    open_existing_store,
-    print_counts,
-    print_package_changes,
-    store_notes,
-)
+from habitrun.cli.plan import make_console, print_counts, print_package_changes, store_notes
 from habitrun.cli.runhome import check_run_home
 from habitrun.cli.text import command, esc
 from habitrun.cli.text import human as fmt
-from habitrun.errors import EXIT_FAILED_SUBJECTS, EXIT_OK, EXIT_USAGE, StoreError
-from habitrun.planner.opening import subjects_and_store
+from habitrun.errors import EXIT_FAILED_SUBJECTS, EXIT_OK, EXIT_USAGE, StoreError, UsageError
 from habitrun.planner.plan import Plan, SubjectStatus, plan_study
-from habitrun.spec.loader import LoadedRecipe, load_recipe
+from habitrun.spec.loader import LoadedRecipe
 from habitrun.store.checkpoint import CheckpointStore
 from habitrun.store.cohort import Cohort
 from habitrun.store.lock import default_lock_path, holder_alive, read_holder
-from habitrun.store.runs import DISK_FULL, UNWRITABLE, RunFolder, latest_run
+from habitrun.store.runs import DISK_FULL, UNWRITABLE, RunFolder
 from habitrun.store.trace import latest_by_key, stage_stats
+from habitrun.study.facade import Study
+from habitrun.study.opening import open_store, subjects_and_store
+from habitrun.study.which import About
 
 MAX_FAILURES_SHOWN = 20
 
 
-def locate(target: Path) -> tuple[LoadedRecipe, RunFolder | None]:
-    """The recipe to plan with and the run to show, from a recipe file or a run folder."""
+def locate(target: Path, overrides: list[str] | None = None, run_id: str | None = None) -> Study:
+    """The study as `status` reads it, from a recipe file (its latest run, ``run_id``, or the
+    ``overrides``) or a run folder (that run)."""
     if target.is_dir() and RunFolder.looks_like_run(target):
-        run = RunFolder.open(target)
-        root = run.source.get("root")
-        if not root:
-            raise StoreError(f"{target / 'source.json'} does not say which folder the run used")
-        loaded = load_recipe(run.recipe_file, root=root)
-        check_run_home(run, loaded, named=target)  # a copied run folder would show another study
-        return loaded, run
+        if overrides or run_id is not None:
+            raise UsageError(f"{target} is one run folder: give the recipe with --run or overrides instead")
+        study = Study.of_run_folder(target)
+        assert study.run is not None
+        check_run_home(study.run, study.loaded, named=target)  # a copied run folder would show another study
+        return study
     if target.is_dir():
         if (target / "recipe.yaml").is_file():
             target = target / "recipe.yaml"
@@ -65,10 +65,10 @@ def locate(target: Path) -> tuple[LoadedRecipe, RunFolder | None]:
                 f"{target} is neither a run folder (no source.json and recipe.yaml) "
                 "nor a study folder with a recipe.yaml"
             )
-    loaded = load_recipe(target)
-    return loaded, latest_run(loaded.run_root())
+    return Study.at_run(target, overrides or (), run_id)
 
 
+NO_RUN = "no run used these values"
 RUNNER_DIED = "interrupted (the runner died)"
 STOPPED_BY_WRITES = (DISK_FULL, UNWRITABLE)
 UNFINISHED = ("interrupted", RUNNER_DIED, *STOPPED_BY_WRITES)  # `resume` continues these
@@ -217,7 +217,7 @@ class Shown:
     """Everything `status` shows of one run: gathered first, then printed as text or JSON."""
 
     loaded: LoadedRecipe
-    run: RunFolder
+    run: RunFolder | None  # None: overrides no run used (their results are shown, no run's outcome)
     outcome: str
     info: dict[str, Any]
     plan: Plan
@@ -228,37 +228,44 @@ class Shown:
     busy: dict[str, Any] | None = None  # another live holder of the store lock (a run starting, or gc)
     run_failed: list[dict[str, Any]] | None = None  # the run's own failures, when the store holds none now
     cohort: Cohort | None = None  # who the run left out before it started, and why (its cohort.json)
+    about: About | None = None  # which run and overrides this answers about (None: the run, as it was run)
 
     @property
     def exit_code(self) -> int:
         if self.notes:
             return EXIT_USAGE
+        if self.run is None:  # values no run used: 1 when they select recorded failures
+            return EXIT_FAILED_SUBJECTS if self.failed else EXIT_OK
         if self.busy is not None and is_run(self.busy):
             return EXIT_OK  # the last run is the one still starting
         return exit_code_for(self.outcome)
 
 
-def gather(loaded: LoadedRecipe, run: RunFolder, *, verify: bool) -> Shown:
+def gather(loaded: LoadedRecipe, run: RunFolder | None, *, verify: bool, about: About | None = None) -> Shown:
     """Plan the recipe against the store and collect what `status` reports (nothing is written)."""
-    outcome, info = run_state(run, loaded)
+    outcome, info = run_state(run, loaded) if run is not None else (NO_RUN, {})
     busy = None if outcome.startswith("running") else store_user(loaded)
-    subjects, store = subjects_and_store(loaded, lambda: open_existing_store(loaded, verify=verify))
+    subjects, store = subjects_and_store(loaded, lambda: open_store(loaded, verify=verify))
     try:
         plan = plan_study(loaded, subjects, store)
         shown = Shown(loaded, run, outcome, info, plan, failures(plan, store), resource_stats(plan, store),
-                      unreadable(plan), store_notes(loaded, store, shlex.join(["habitrun", "run", str(loaded.path)])), busy)
+                      unreadable(plan), store_notes(loaded, store, shlex.join(["habitrun", "run", str(loaded.path),
+                                                                              *(about.overrides if about else ())])),
+                      busy, about=about)
     finally:
         if store is not None:
             store.close()
-    if outcome == "failed" and not shown.failed:
+    if run is not None and outcome == "failed" and not shown.failed:
         shown.run_failed = run_failures(run, plan)
-    shown.cohort = Cohort.read(run.path)
+    shown.cohort = Cohort.read(run.path) if run is not None else None
     return shown
 
 
 @app.command()
 def status(
-    target_given: Optional[Path] = typer.Argument(None, metavar="TARGET", help="A recipe file or a run folder (default: recipe.yaml here or in the nearest parent folder)."),  # noqa: UP045
+    target_word: Optional[str] = typer.Argument(None, metavar="TARGET", help="A recipe file or a run folder (default: recipe.yaml here or in the nearest parent folder)."),  # noqa: UP045
+    overrides: Optional[list[str]] = typer.Argument(None, help="Overrides like run's (key=value): the results those values select."),  # noqa: UP045
+    run_id: Optional[str] = typer.Option(None, "--run", help="A run id (default: the latest run)."),  # noqa: UP045
     as_json: bool = typer.Option(False, "--json", help="Print the status as JSON."),
     show_all: bool = typer.Option(False, "--all", help=f"List every failure (default: the first {MAX_FAILURES_SHOWN})."),
     verify: bool = typer.Option(False, "--verify", help="Check every stored result against its checksum."),
@@ -277,16 +284,17 @@ def status(
         err_console.print("--watch redraws the status for people; for a program, call `status --json` "
                           "again instead", highlight=False)
         raise typer.Exit(EXIT_USAGE)
-    target = given_or_found(target_given)
-    loaded, run = locate(target)
+    target, overrides = recipe_and_overrides(target_word, overrides)
+    study = locate(target, overrides, run_id)
+    loaded, run = study.loaded, study.run
     console = make_console()
-    if run is None:
+    if run is None and not overrides:
         raise typer.Exit(no_run(console, loaded, target, as_json=as_json))
-    if watch:
+    if watch and run is not None:
         from habitrun.cli.watch import watch as watch_run
 
         raise typer.Exit(watch_run(console, loaded, run, target, interval=interval, verify=verify, show_all=show_all))
-    shown = gather(loaded, run, verify=verify)
+    shown = gather(loaded, run, verify=verify, about=study.about)
     live = live_part(shown)
     if as_json:
         document = as_document(shown, target)
@@ -303,7 +311,7 @@ def status(
 
 def live_part(shown: Shown) -> LiveView | None:
     """The live view (progress, rate, ETA, possibly stuck subjects) of a run still running, else None."""
-    return view_of(shown.loaded, shown.run) if shown.outcome.startswith("running") else None
+    return view_of(shown.loaded, shown.run) if shown.run is not None and shown.outcome.startswith("running") else None
 
 
 def no_run(console: Console, loaded: LoadedRecipe, target: Path, *, as_json: bool) -> int:
@@ -316,7 +324,8 @@ def no_run(console: Console, loaded: LoadedRecipe, target: Path, *, as_json: boo
     killed = None if running else killed_before_folder(loaded)
     if as_json:
         typer.echo(json.dumps({"recipe": str(loaded.path), "run": None,
-                               "in_progress": holder, "before_run_folder": killed}, ensure_ascii=False))
+                               "in_progress": holder, "before_run_folder": killed,
+                               "about": {"run": None, "overrides": [], "recipe": "file"}}, ensure_ascii=False))
     else:
         console.print(f"no run yet for {esc(str(loaded.path))} (runs go to {esc(str(loaded.run_root() / 'runs'))})",
                       highlight=False)
@@ -330,13 +339,15 @@ def no_run(console: Console, loaded: LoadedRecipe, target: Path, *, as_json: boo
 def as_document(shown: Shown, target: Path) -> dict[str, Any]:
     """The JSON `status --json` prints."""
     run, outcome, info, plan = shown.run, shown.outcome, shown.info, shown.plan
+    about = shown.about or About(run, (), "run")
     return {
         "recipe": str(shown.loaded.path),
-        "run": {"id": run.run_id, "path": str(run.path), "outcome": outcome,
-                "started_at": info.get("started_at"), "ended_at": info.get("ended_at"),
-                **({"stopped": (info.get("summary") or {}).get("write_failure")}
-                   if outcome in STOPPED_BY_WRITES else {}),
-                **({"resume": resume_command(target)} if outcome in UNFINISHED else {})},
+        "run": None if run is None else {
+            "id": run.run_id, "path": str(run.path), "outcome": outcome,
+            "started_at": info.get("started_at"), "ended_at": info.get("ended_at"),
+            **({"stopped": (info.get("summary") or {}).get("write_failure")}
+               if outcome in STOPPED_BY_WRITES else {}),
+            **({"resume": resume_command(target)} if outcome in UNFINISHED else {})},
         "in_progress": shown.busy,
         "stages": {s.name: s.counts() for s in plan},
         "packages_changed": {s.name: s.package_changes for s in plan if s.package_changes},
@@ -346,13 +357,20 @@ def as_document(shown: Shown, target: Path) -> dict[str, Any]:
         "unreadable": shown.damaged,
         "store_damage": shown.notes,
         "cohort": cohort_document(shown),
+        "about": about.as_json(),
     }
 
 
 def print_run(console: Console, shown: Shown, target: Path) -> None:
     """The run's outcome and times, the stage counts now, the resources and package changes."""
     run, outcome, info = shown.run, shown.outcome, shown.info
-    console.print(f"[bold]run {esc(run.run_id)}[/]: {esc(outcome_text(outcome, info))}", highlight=False)
+    if run is None:  # values no run used: what they select, without a run to show
+        console.print(esc(shown.about.line() if shown.about else NO_RUN), highlight=False)
+        print_counts(console, shown.plan, f"stages of {esc(shown.loaded.recipe.name)} now")
+        print_package_changes(console, shown.plan)
+        return
+    given = f" ({shown.about.words()})" if shown.about is not None and shown.about.overrides else ""
+    console.print(f"[bold]run {esc(run.run_id)}[/]: {esc(outcome_text(outcome, info))}{esc(given)}", highlight=False)
     console.print(f"  folder   {esc(str(run.path))}")
     console.print(f"  started  {esc(str(info.get('started_at', '?')))}")
     if info.get("ended_at"):

@@ -1,6 +1,7 @@
 """Writing a table (columns and row dicts) as CSV, TSV, JSON lines or Parquet, chosen by suffix.
 
-CSV and TSV cells that are not plain values (lists, mappings) are written as
+A path is written as its plain text in every format (never JSON-quoted). CSV
+and TSV cells that are not plain values (lists, mappings) are written as
 JSON text; an empty cell is a missing value. Parquet goes through pyarrow
 (the ``tables`` extra); a column whose values pyarrow cannot hold as one
 type is written as text (JSON for non-scalars).
@@ -13,7 +14,7 @@ import io
 import json
 import sys
 from collections.abc import Sequence
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any, TextIO
 
 from habitrun.errors import MissingExtra, UsageError
@@ -36,6 +37,8 @@ def _cell(value: Any) -> Any:
         return ""
     if isinstance(value, (str, int, float, bool)):
         return value
+    if isinstance(value, PurePath):
+        return str(value)
     try:
         return json.dumps(value, ensure_ascii=False, default=str)
     except (TypeError, ValueError):
@@ -77,6 +80,7 @@ def _write_parquet(path: Path, columns: Sequence[str], rows: Sequence[dict[str, 
 def write_table(path: Path | None, columns: Sequence[str], rows: Sequence[dict[str, Any]]) -> None:
     """Write to ``path`` (format by suffix), or CSV to stdout when ``path`` is None."""
     fmt = format_for(path)
+    rows = [_plain_paths(row) for row in rows]
     if fmt == "parquet":
         assert path is not None
         _write_parquet(path, columns, rows)
@@ -91,6 +95,13 @@ def write_table(path: Path | None, columns: Sequence[str], rows: Sequence[dict[s
         sys.stdout.flush()
     else:
         _write_text(path, buffer.getvalue())
+
+
+def _plain_paths(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with each ``Path`` cell as its text (so Parquet and JSON lines hold the path, not a quoted one)."""
+    if not any(isinstance(v, PurePath) for v in row.values()):
+        return row
+    return {k: str(v) if isinstance(v, PurePath) else v for k, v in row.items()}
 
 
 def _write_text(path: Path, text: str) -> None:

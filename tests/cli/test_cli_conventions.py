@@ -51,7 +51,7 @@ def test_every_command_has_dash_h_and_lists_flags_as_flags(command: str) -> None
 
 
 def test_arguments_are_named_in_capitals_optional_ones_in_brackets() -> None:
-    assert "Usage: habitrun results [OPTIONS] [RECIPE] [STAGE]" in cli("results", "-h").stdout
+    assert "Usage: habitrun results [OPTIONS] [RECIPE] [STAGE] [OVERRIDES]..." in cli("results", "-h").stdout
     assert "Usage: habitrun run [OPTIONS] [RECIPE] [OVERRIDES]..." in cli("run", "-h").stdout
     status = cli("status", "-h").stdout
     assert re.search(r"--json\s+Print the status as JSON", status), status
@@ -103,8 +103,8 @@ def test_every_command_finds_the_recipe_upward_from_a_subfolder(tmp_path: Path) 
         assert step.returncode == 0 and "Traceback" not in step.stderr, (argv, step)
     assert "s22" in cli("trace", cwd=deep).stdout
     assert (tmp_path / "r.html").is_file()
-    one = cli("results", "a", cwd=deep)  # one word is the stage
-    two = cli("results", str(recipe), "a", cwd=tmp_path)
+    one = cli("results", "a", "--meta", cwd=deep)  # one word is the stage
+    two = cli("results", str(recipe), "a", "--meta", cwd=tmp_path)
     assert one.returncode == two.returncode == 0 and one.stdout == two.stdout, one
     assert one.stdout.splitlines()[-1].startswith("s22,done,") and one.stdout.rstrip().endswith(",3"), one
     missing = cli("results", cwd=deep)

@@ -170,8 +170,8 @@ def test_a_failed_run_lists_its_failures_even_when_the_store_holds_none_now(tmp_
     for sid in ("S1", "S2", "S3"):
         assert f"bad {sid}: exception: ValueError: {sid} is broken" in shown.stdout, shown.stdout
 
-    recipe["stages"][0]["params"] = {"word": "mended"}  # new keys: no failure is stored under them
-    (study / "recipe.yaml").write_text(json.dumps(recipe))
+    # new keys: no failure is stored under them (status plans the recipe the run stored: its code changes)
+    (study / "ops.py").write_text(FAILING.replace('is {word}"', 'is {word}, mended"'))
     changed = run_cli("status", "recipe.yaml", cwd=study)
     text = " ".join(changed.stdout.split())
     assert changed.returncode == 1, changed.stdout + changed.stderr

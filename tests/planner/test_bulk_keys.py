@@ -9,11 +9,11 @@ import pytest
 
 from habitrun.planner.bytetexts import CHUNK, ByteTexts
 from habitrun.planner.keys import subject_part, subject_parts
-from habitrun.planner.opening import subjects_and_store
 from habitrun.planner.plan import plan_study
 from habitrun.spec.loader import load_recipe
 from habitrun.spec.subjects import SubjectTable, load_subjects
 from habitrun.store.checkpoint import CheckpointStore
+from habitrun.study.opening import subjects_and_store
 from tests.planner.study import load, run_like_the_engine, write_study
 
 MANIFESTS = {

@@ -28,7 +28,7 @@ def study(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_results_of_a_map_stage_are_one_flattened_row_per_subject(study: Path, tmp_path: Path) -> None:
     out = tmp_path / "use.csv"
-    done = run_cli("results", str(study), "use", "-o", str(out), "--manifest")
+    done = run_cli("results", str(study), "use", "-o", str(out), "--manifest", "--meta")
     assert done.returncode == 0, done.stderr
     table = pd.read_csv(out, index_col="subject_id", keep_default_na=False, na_values=[""])
     assert list(table.index) == [f"S{i}" for i in range(6)]
@@ -44,8 +44,8 @@ def test_results_of_a_map_stage_are_one_flattened_row_per_subject(study: Path, t
 def test_parquet_csv_and_dataframe_agree(study: Path, tmp_path: Path) -> None:
     pytest.importorskip("pyarrow", reason="pyarrow is not installed (the tables extra)")
     for name in ("double.csv", "double.parquet", "double.tsv", "double.jsonl"):
-        assert run_cli("results", str(study), "double", "-o", str(tmp_path / name)).returncode == 0
-    frame = habitrun.results(study, "double")
+        assert run_cli("results", str(study), "double", "-o", str(tmp_path / name), "--meta").returncode == 0
+    frame = habitrun.results(study, "double", meta=True)
     csv = pd.read_csv(tmp_path / "double.csv", index_col="subject_id")
     parquet = pd.read_parquet(tmp_path / "double.parquet").set_index("subject_id")
     tsv = pd.read_csv(tmp_path / "double.tsv", sep="\t", index_col="subject_id")

@@ -1,4 +1,10 @@
-"""The subjects and the store of a plan, read side by side.
+"""The one store opener of every command that reads or tidies a study; a plan's subjects and store read side by side.
+
+:func:`open_store` is the one store opener of the read commands (`plan`,
+`status`, `results`, `trace`, `report`, `gc`, `debug`, the live view and
+``habitrun.results``): read-only unless asked to write, never created unless
+asked to, and always told the study's folders so that stored relative paths
+come back absolute (:mod:`habitrun.store.relpaths`).
 
 Opening a store may run SQLite's ``quick_check`` (when it was not sealed at a
 clean close: :mod:`habitrun.store.seal`): a read of the whole file (about
@@ -16,18 +22,47 @@ a text read ahead only for exactly the (stage, key prefix) it asks about.
 
 from __future__ import annotations
 
+import shlex
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
+from habitrun.errors import StoreError
 from habitrun.planner.context import build_context
 from habitrun.planner.plan import outcome_ranges
 from habitrun.spec.subjects import SubjectTable, load_subjects
+from habitrun.store.checkpoint import CheckpointStore
+from habitrun.store.folders import ensure_folder
 
 if TYPE_CHECKING:
     from habitrun.spec.loader import LoadedRecipe
 
 S = TypeVar("S")
+
+
+def open_store(loaded: LoadedRecipe, *, write: bool = False, create: bool = False, verify: bool = False,
+               required: bool = False) -> CheckpointStore | None:
+    """The recipe's checkpoint store, or None when there is none yet.
+
+    Read-only (SQLite's ``mode=ro``: the file is left as it was, a read-only copy of a study
+    can be read) unless ``write``; created (with its folders) only with ``create``, as
+    `debug --store` does; ``required``: no store is a StoreError naming the command that makes
+    one. ``verify``: check every stored result read against its checksum. Writing needs the
+    store's lock, which the caller holds.
+    """
+    store_dir = loaded.store_dir()
+    if not create and not CheckpointStore.exists(store_dir):
+        if required:
+            raise StoreError(f"no checkpoint store at {store_dir} yet: run the study first "
+                             f"({shlex.join(['habitrun', 'run', str(loaded.path)])})")
+        return None
+    if create:
+        ensure_folder(loaded.run_root())
+        ensure_folder(store_dir.parent)
+    store = CheckpointStore.open(store_dir, create=create, read_only=not write)
+    store.set_roots(loaded.run_root(), loaded.root)
+    store.verify_rows = verify
+    return store
 
 
 def subjects_and_store(loaded: LoadedRecipe, open_store: Callable[[], S]) -> tuple[SubjectTable, S]:
