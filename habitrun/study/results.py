@@ -135,7 +135,7 @@ def results(recipe: Any, stage: str, *, manifest: bool = False, meta: bool = Fal
     """A stage's current results for a notebook: a map stage's as a DataFrame indexed by subject id
     (result columns; ``meta`` adds status, error and costs), a collect or train stage's as it is.
 
-    ``recipe`` is a path to the recipe; ``run`` a run id (default: the latest run) and
+    ``recipe`` is a path to the recipe (or a LoadedRecipe, read as it is); ``run`` a run id (default: the latest run) and
     ``overrides`` ``key=value`` texts choose which results, as for `habitrun results`.
     Needs pandas: ``pip install 'habitrun[tables]'``.
     """
@@ -143,9 +143,14 @@ def results(recipe: Any, stage: str, *, manifest: bool = False, meta: bool = Fal
         import pandas as pd
     except ImportError:
         raise MissingExtra("habitrun.results()", "pandas", "tables") from None
+    from habitrun.spec.loader import LoadedRecipe
     from habitrun.study.facade import Study
+    from habitrun.study.which import About, selecting
 
-    study = Study.at_run(recipe, overrides, run)
+    if isinstance(recipe, LoadedRecipe):  # a recipe loaded already: read as it is
+        study = Study(recipe, About(None, selecting(recipe.overrides), "file"))
+    else:
+        study = Study.at_run(recipe, overrides, run)
     if is_group_stage(study, stage):
         return as_frame(group_result(study, stage), pd)
     columns, rows = stage_table(study, stage, manifest=manifest, meta=meta)
