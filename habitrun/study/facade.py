@@ -21,7 +21,7 @@ from habitrun.spec.subjects import SubjectTable, load_subjects
 from habitrun.store.checkpoint import CheckpointStore
 from habitrun.store.runs import RunFolder
 from habitrun.study.opening import open_store, subjects_and_store
-from habitrun.study.which import About, choose, run_overrides, runs_of, selecting
+from habitrun.study.which import About, choose, run_overrides, selecting
 
 
 class Study:
@@ -58,10 +58,6 @@ class Study:
     @property
     def run(self) -> RunFolder | None:
         return self.about.run
-
-    def runs(self) -> list[RunFolder]:
-        """Every run of the study, oldest first, wherever ``run_dir`` put it."""
-        return runs_of(self.loaded, self.loaded.run_root())
 
     def subjects(self) -> SubjectTable:
         return load_subjects(self.loaded)

@@ -168,6 +168,7 @@ def test_a_run_dir_run_is_the_one_status_results_trace_and_report_answer_about(t
     assert values(ok("results", "scale", cwd=study)) == {"S1": "5", "S2": "10", "S3": "15"}
     assert len(ok("trace", cwd=study).stdout.splitlines()) == 1 + 3 + 1
     report = ok("report", "-o", str(tmp_path / "r.html"), cwd=study)
-    assert document["run"]["id"] in report.stderr.splitlines()[0] and (tmp_path / "r.html").is_file()
+    assert document["run"]["id"] in report.stderr.splitlines()[0]
+    assert "stages.scale.params.factor=5" in (tmp_path / "r.html").read_text()  # the run's overrides, named
     plan = json.loads(ok("plan", "--json", cwd=study).stdout)  # the recipe file alone: its own store, none yet
     assert plan["store"] is None

@@ -173,7 +173,8 @@ def _provenance(data: ReportData) -> str:
     items = [
         ("recipe", recipe.get("path")), ("recipe sha256", recipe.get("sha256")),
         ("git commit", f"{commit}{' (uncommitted changes)' if git.get('dirty') else ''}" if commit else "not in git"),
-        ("run", data.run_id), ("resumed from", prov.get("resumed_from") or "–"),
+        ("run", data.run_id), ("overrides", " ".join(str(o) for o in prov.get("overrides") or []) or "none"),
+        ("resumed from", prov.get("resumed_from") or "–"),
         ("started", prov.get("started_at")), ("ended", prov.get("ended_at") or "–"),
         ("user @ host", f"{prov.get('user', '?')} @ {prov.get('host', '?')}"),
         ("command", " ".join(str(a) for a in prov.get("argv") or [])),
