@@ -65,13 +65,13 @@ def results(
         if output is not None and output.suffix.lower() != ".json":
             raise UsageError(f"stage {stage!r} is a {kinds[stage]} stage with one result: write it as JSON (-o result.json)")
         value = group_result(study, stage)
-        err_console.print(esc(study.about.line()), highlight=False)
+        typer.echo(study.about.line(), err=True)  # plain: rich is not loaded for it
         write_json(output, value)
     else:
         if output is not None and output.suffix.lower() == ".json":
             raise UsageError(f"stage {stage!r} is a map stage: write a table (.csv .tsv .jsonl .parquet)")
         columns, rows = stage_table(study, stage, manifest=manifest, meta=meta)
-        err_console.print(esc(study.about.line()), highlight=False)
+        typer.echo(study.about.line(), err=True)  # plain: rich is not loaded for it
         write_table(output, columns, rows)
     if output is not None:
         err_console.print(f"wrote {esc(str(output))}", highlight=False)

@@ -33,7 +33,7 @@ from habitrun.cli.runhome import check_run_home
 from habitrun.cli.text import command, esc
 from habitrun.cli.text import human as fmt
 from habitrun.errors import EXIT_FAILED_SUBJECTS, EXIT_OK, EXIT_USAGE, StoreError, UsageError
-from habitrun.planner.plan import Plan, SubjectStatus, plan_study
+from habitrun.planner.plan import Plan, SubjectStatus
 from habitrun.spec.loader import LoadedRecipe
 from habitrun.store.checkpoint import CheckpointStore
 from habitrun.store.cohort import Cohort
@@ -41,7 +41,6 @@ from habitrun.store.lock import default_lock_path, holder_alive, read_holder
 from habitrun.store.runs import DISK_FULL, UNWRITABLE, RunFolder
 from habitrun.store.trace import latest_by_key, stage_stats
 from habitrun.study.facade import Study
-from habitrun.study.opening import open_store, subjects_and_store
 from habitrun.study.which import About
 
 MAX_FAILURES_SHOWN = 20
@@ -241,17 +240,17 @@ class Shown:
         return exit_code_for(self.outcome)
 
 
-def gather(loaded: LoadedRecipe, run: RunFolder | None, *, verify: bool, about: About | None = None) -> Shown:
-    """Plan the recipe against the store and collect what `status` reports (nothing is written)."""
+def gather(study: Study, *, verify: bool) -> Shown:
+    """Plan the study's recipe against its store and collect what `status` reports (nothing is written)."""
+    loaded, run, about = study.loaded, study.run, study.about
     outcome, info = run_state(run, loaded) if run is not None else (NO_RUN, {})
     busy = None if outcome.startswith("running") else store_user(loaded)
-    subjects, store = subjects_and_store(loaded, lambda: open_store(loaded, verify=verify))
+    subjects, store = study.subjects_and_store(verify=verify)
     try:
-        plan = plan_study(loaded, subjects, store)
+        plan = study.plan(subjects, store)
+        again = shlex.join(["habitrun", "run", str(loaded.path), *about.overrides])
         shown = Shown(loaded, run, outcome, info, plan, failures(plan, store), resource_stats(plan, store),
-                      unreadable(plan), store_notes(loaded, store, shlex.join(["habitrun", "run", str(loaded.path),
-                                                                              *(about.overrides if about else ())])),
-                      busy, about=about)
+                      unreadable(plan), store_notes(loaded, store, again), busy, about=about)
     finally:
         if store is not None:
             store.close()
@@ -294,7 +293,7 @@ def status(
         from habitrun.cli.watch import watch as watch_run
 
         raise typer.Exit(watch_run(console, loaded, run, target, interval=interval, verify=verify, show_all=show_all))
-    shown = gather(loaded, run, verify=verify, about=study.about)
+    shown = gather(study, verify=verify)
     live = live_part(shown)
     if as_json:
         document = as_document(shown, target)

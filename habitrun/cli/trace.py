@@ -79,7 +79,7 @@ def trace(
             plan = study.plan(subjects, store)
             keys = [key for s in plan if stage in (None, s.name) for key in s.keys.values()]
             rows = store.trace(stage=stage, keys=keys)
-    err_console.print(esc("about every run" if run == "all" else study.about.line()), highlight=False)
+    typer.echo("about every run" if run == "all" else study.about.line(), err=True)  # plain: no rich
     write_table(output, COLUMNS, [with_iso_times(row) for row in rows])
     if output is not None:
         err_console.print(f"wrote {len(rows)} attempt(s) to {esc(str(output))}", highlight=False)

@@ -23,6 +23,8 @@ from habitrun.cli.status import gather, print_problems, print_run, run_state
 from habitrun.cli.text import command, esc
 from habitrun.spec.loader import LoadedRecipe
 from habitrun.store.runs import RunFolder
+from habitrun.study.facade import Study
+from habitrun.study.which import About, selecting
 
 EXIT_INTERRUPTED = 130
 
@@ -57,7 +59,7 @@ def watch(console: Console, loaded: LoadedRecipe, run: RunFolder, target: Path, 
             return EXIT_INTERRUPTED
     finally:
         signal.signal(signal.SIGINT, previous)
-    shown = gather(loaded, run, verify=verify)
+    shown = gather(Study(loaded, About(run, selecting(loaded.overrides), "run")), verify=verify)
     print_run(console, shown, target)
     print_problems(console, shown, target, show_all=show_all)
     return shown.exit_code
