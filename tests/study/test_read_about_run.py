@@ -66,7 +66,7 @@ def override_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     study = make(tmp_path_factory.mktemp("about") / "study").parent
     ok("run", "-q", cwd=study)
     first = json.loads(ok("status", "--json", cwd=study).stdout)["run"]["id"]
-    ok("run", SPACING, "-q", cwd=study)
+    ok("run", SPACING, "--rerun", "S1", "-q", cwd=study)  # --rerun only chose what ran: it selects no result
     return study, first
 
 
@@ -88,7 +88,7 @@ def test_an_override_run_is_read_back_by_results_by_default_with_the_override_an
 
     document = json.loads(ok("status", "--json", cwd=study).stdout)
     assert document["about"] == {"run": document["run"]["id"], "overrides": [SPACING], "recipe": "as run"}
-    assert document["stages"]["scale"]["done"] == 3  # the run's keys, not the recipe file's
+    assert document["stages"]["scale"]["done"] == 3  # the run's keys, not the recipe file's; S1 not "forced"
     shown = ok("status", cwd=study).stdout.splitlines()[0]
     assert document["run"]["id"] in shown and SPACING in shown, shown
     plan = json.loads(ok("plan", "--json", cwd=study).stdout)  # the recipe file: its factor 1 is stored too
