@@ -66,10 +66,11 @@ def trace(
         raise UsageError(f"no run yet for {study.loaded.path}: run the study first "
                          f"({shlex.join(['habitrun', 'run', str(study.loaded.path)])})")
     if run == "all" or study.run is not None:
+        run_id = None if run == "all" or study.run is None else study.run.run_id
         store = study.store(required=True)
         assert store is not None
         with store:
-            rows = store.trace(run_id=None if run == "all" else study.run.run_id, stage=stage)
+            rows = store.trace(run_id=run_id, stage=stage)
     else:  # values no run used: the attempts behind the results they select
         subjects, store = study.subjects_and_store()
         if store is None:
