@@ -13,15 +13,18 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from habitrun.errors import StoreError
 from habitrun.planner.plan import Plan, plan_study
 from habitrun.spec.loader import LoadedRecipe, load_recipe
 from habitrun.spec.subjects import SubjectTable, load_subjects
 from habitrun.store.checkpoint import CheckpointStore
-from habitrun.store.runs import RunFolder
 from habitrun.study.opening import open_store, subjects_and_store
 from habitrun.study.which import About, choose, run_overrides, selecting
+
+if TYPE_CHECKING:
+    from habitrun.store.runs import RunFolder
 
 
 class Study:
@@ -47,6 +50,8 @@ class Study:
     @classmethod
     def of_run_folder(cls, folder: Path) -> Study:
         """A run folder named on the command line: its stored recipe, planned in the folder it ran in."""
+        from habitrun.store.runs import RunFolder
+
         run = RunFolder.open(folder)
         root = run.source.get("root")
         if not root:

@@ -32,7 +32,6 @@ from habitrun.planner.context import build_context
 from habitrun.planner.plan import outcome_ranges
 from habitrun.spec.subjects import SubjectTable, load_subjects
 from habitrun.store.checkpoint import CheckpointStore
-from habitrun.store.folders import ensure_folder
 
 if TYPE_CHECKING:
     from habitrun.spec.loader import LoadedRecipe
@@ -57,6 +56,8 @@ def open_store(loaded: LoadedRecipe, *, write: bool = False, create: bool = Fals
                              f"({shlex.join(['habitrun', 'run', str(loaded.path)])})")
         return None
     if create:
+        from habitrun.store.folders import ensure_folder  # only `debug --store` creates one
+
         ensure_folder(loaded.run_root())
         ensure_folder(store_dir.parent)
     store = CheckpointStore.open(store_dir, create=create, read_only=not write)

@@ -27,12 +27,13 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from habitrun.errors import HabitrunError, RecipeError, StoreError, UsageError
 from habitrun.spec.loader import LoadedRecipe, load_recipe
-from habitrun.store.runindex import study_runs
-from habitrun.store.runs import RunFolder
+
+if TYPE_CHECKING:  # `plan` never lists runs: it does not import them (about 10 ms of start-up)
+    from habitrun.store.runs import RunFolder
 
 _SELECTION = re.compile(r"^(stages\.[^=]+\.)?policy\.(retry_failed_subjects|force_rerun_subjects)$")
 _EMPTY = {"retry_failed_subjects": False, "force_rerun_subjects": []}
@@ -79,6 +80,8 @@ def run_overrides(run: RunFolder) -> tuple[str, ...]:
 
 def runs_of(home: LoadedRecipe, *more: Path) -> list[RunFolder]:
     """Every run of the study whose recipe file is ``home`` (loaded without overrides), oldest first."""
+    from habitrun.store.runindex import study_runs
+
     return study_runs(home.run_root(), *more)
 
 
