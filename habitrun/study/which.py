@@ -63,7 +63,8 @@ class About:
     def line(self) -> str:
         """The first line a read command prints: which run, which overrides."""
         if self.source == "run" and self.run is not None:
-            return f"about run {self.run.run_id} ({self.words()}, as that run used them)"
+            used = ", as that run used them" if self.overrides else ""
+            return f"about run {self.run.run_id} ({self.words()}{used})"
         if self.run is not None:
             return f"about {self.words()} (the recipe file as it is now; run {self.run.run_id} used them)"
         return f"about {self.words()} (the recipe file as it is now; no run used them)"
