@@ -23,6 +23,7 @@ from habitrun.engine.events import (
     RunStarted,
     RunWarning,
     StageFinished,
+    StagePublished,
     StageStarted,
     Stopping,
     SubjectDone,
@@ -171,6 +172,11 @@ class RunDisplay:
             self.print(f"{_tag(e.stage)} finished: {e.done} done, {e.cached} cached, {e.failed} failed, "
                        f"{e.skipped} skipped" + (f", {e.not_run} not run" if e.not_run else ""))
 
+    def _on_stage_published(self, e: StagePublished) -> None:
+        removed = f", {e.removed} removed" if e.removed else ""
+        self.print(f"{_tag(e.stage)} published {e.files} file(s) to {esc(e.folder)} "
+                   f"({e.written} written{removed})")
+
     def _on_stopping(self, e: Stopping) -> None:
         self.print(f"[yellow]{esc(stopping_text(e))}[/]")
 
@@ -203,6 +209,7 @@ _HANDLERS: dict[type[Event], Callable[[RunDisplay, Any], None]] = {
     SubjectFailed: RunDisplay._on_subject_failed,
     RetryRound: RunDisplay._on_retry_round,
     StageFinished: RunDisplay._on_stage_finished,
+    StagePublished: RunDisplay._on_stage_published,
     Stopping: RunDisplay._on_stopping,
     CheckpointCleared: RunDisplay._on_checkpoint_cleared,
     TrainStarted: RunDisplay._on_train_started,

@@ -117,6 +117,17 @@ class StageFinished(Event):
     not_run: int = 0
 
 
+@_event("stage_published")
+class StagePublished(Event):
+    """A stage's current result files were published into the study (engine/publish.py)."""
+
+    stage: str
+    folder: str
+    files: int
+    written: int
+    removed: int
+
+
 @dataclass(slots=True, kw_only=True)
 class _Attempt(Event):
     """One subject's attempt; the measurements are those of its trace row (engine/tracing.py)."""
