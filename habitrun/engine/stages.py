@@ -30,8 +30,8 @@ from habitrun.planner.plan import GROUP_SUBJECT, StagePlan, SubjectStatus
 from habitrun.spec.recipe import StageSpec
 from habitrun.spec.subjects import subject_ids
 from habitrun.store.checkpoint import UnreadableResults
-from habitrun.store.runs import WORK
 from habitrun.store.cohort import PARTIAL_COHORT, missing_from, refusal_text
+from habitrun.store.runs import WORK
 
 if TYPE_CHECKING:
     from habitrun.engine.runner import StudyRunner
