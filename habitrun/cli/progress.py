@@ -99,9 +99,10 @@ class RunDisplay:
               "to_run": e.to_run, "unshown": 0, "shown_at": time.monotonic()}
         self.stats[stage] = st
         if self.progress is not None:
-            completed = e.cached + st["failed"] + st["skipped"]
+            completed = e.cached + e.recorded_failures + e.blocked
+            fields: dict[str, Any] = {k: st[k] for k in ("done", "failed", "cached", "skipped", "ran", "started")}
             self.tasks[stage] = self.progress.add_task(esc(stage), total=max(e.total, 1), completed=completed,
-                                                       **{k: st[k] for k in ("done", "failed", "cached", "skipped", "ran", "started")})
+                                                       **fields)
         else:
             self.print(f"{_tag(stage)} {esc(e.kind)} stage: {e.total} subject(s), {e.cached} cached, "
                        f"{e.to_run} to run" + (f", {e.blocked} skipped (upstream failed)" if e.blocked else ""))

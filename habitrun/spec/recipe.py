@@ -41,12 +41,13 @@ def _optional_policy_fields() -> dict[str, Any]:
     for name, info in RunPolicy.model_fields.items():
         annotation: Any = info.annotation
         if info.metadata:
-            annotation = Annotated[(annotation, *info.metadata)]
+            parts = (annotation, *info.metadata)
+            annotation = Annotated[parts]
         fields[name] = (annotation, Field(default=None, description=info.description))
     return fields
 
 
-PolicyOverride = create_model(  # type: ignore[call-overload]
+PolicyOverride = create_model(
     "PolicyOverride",
     __config__=ConfigDict(frozen=True, extra="forbid"),
     __doc__="A stage's partial RunPolicy: the fields it sets replace the recipe's.",
