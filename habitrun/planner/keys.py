@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import operator
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import islice
 from operator import itemgetter
 from typing import Any
@@ -277,10 +277,15 @@ def variant_parts(
     fields: Sequence[str] | None,
     files: Mapping[str, str] | None,
     file_columns: Sequence[str] = (),
+    *,
+    resolve: tuple[Sequence[str], Callable[[Any], Any]] | None = None,
 ) -> dict[str, str]:
     """subject id -> subject part over only the manifest columns ``fields`` (None: all) and the
     text of the subject's input files (``files``: id -> text of ``file_columns``, in order;
     None: no file columns).
+
+    ``resolve`` (columns, function): those columns' values are first passed through the
+    function (the parts before issue 31, when a found subject's files were absolute paths).
 
     With neither, this is :func:`subject_parts` (so keys of a study without file columns are
     the ones habitrun always computed).
@@ -299,6 +304,11 @@ def variant_parts(
     width = len(memo[0]) if memo else -1
     for row in subjects:
         sid, row_fields = row.id, row.fields
+        if resolve is not None:
+            row_fields = dict(row_fields)
+            for col in resolve[0]:
+                if col in row_fields:
+                    row_fields[col] = resolve[1](row_fields[col])
         if cols is None:
             text = None
             if len(row_fields) == width and width > 1:

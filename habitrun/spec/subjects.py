@@ -182,11 +182,28 @@ class SubjectTable(Sequence[SubjectRow]):
 
 class _RowsById(Mapping[str, SubjectRow]):
     """id -> row of a SubjectTable, each row built at its first lookup and kept: a run looks
-    up the subjects it runs once a stage (a dict lookup then, as for a list of rows)."""
+    up the subjects it runs once a stage (a dict lookup then, as for a list of rows).
+
+    A found subject's file columns hold its paths as stored (relative to a root: see
+    :mod:`habitrun.spec.roots`); the rows given here, to operators, hold the files' absolute
+    paths today."""
 
     def __init__(self, table: SubjectTable) -> None:
         self._table = table
         self._built: dict[str, SubjectRow] = {}
+        report = table.discovery
+        self._roots = report.roots if report is not None else None
+        self._files = tuple(c for c in table.file_columns) if self._roots is not None else ()
+
+    def _resolved(self, row: SubjectRow) -> SubjectRow:
+        if not self._files:
+            return row
+        fields = dict(row.fields)
+        resolve = self._roots.resolve_cell  # type: ignore[union-attr]
+        for col in self._files:
+            if col in fields:
+                fields[col] = resolve(fields[col])
+        return SubjectRow(row.id, fields, row.safe)
 
     def __getitem__(self, subject_id: str) -> SubjectRow:
         row = self._built.get(subject_id)
@@ -194,7 +211,7 @@ class _RowsById(Mapping[str, SubjectRow]):
             row = self._table.by_id(subject_id)
             if row is None:
                 raise KeyError(subject_id)
-            self._built[subject_id] = row
+            row = self._built[subject_id] = self._resolved(row)
         return row
 
     def __contains__(self, subject_id: object) -> bool:
@@ -208,7 +225,8 @@ class _RowsById(Mapping[str, SubjectRow]):
 
 
 def rows_by_id(subjects: Sequence[SubjectRow]) -> Mapping[str, SubjectRow]:
-    """id -> row of ``subjects`` (a SubjectTable's rows built only when looked up)."""
+    """id -> row of ``subjects`` (a SubjectTable's rows built only when looked up), as operators
+    see it: a found subject's files by their absolute paths."""
     if isinstance(subjects, SubjectTable):
         return _RowsById(subjects)
     return {row.id: row for row in subjects}
