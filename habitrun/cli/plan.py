@@ -28,6 +28,7 @@ from habitrun.cli.text import esc
 from habitrun.errors import EXIT_USAGE
 from habitrun.planner.opening import subjects_and_store
 from habitrun.planner.plan import Plan, StagePlan, SubjectStatus, plan_study
+from habitrun.planner.subject_files import outside_inputs
 from habitrun.spec.loader import LoadedRecipe, load_recipe
 from habitrun.store.checkpoint import CheckpointStore
 from habitrun.store.guard import empty_store_file
@@ -230,6 +231,7 @@ def plan(
             data["store_damage"] = damaged
             data["journaled"] = pending
             data["outside_paths"] = outside_notes(the_plan, store)
+            data["outside_inputs"] = outside_inputs(loaded, subjects, limit=0)
             typer.echo(json.dumps(data, indent=1, ensure_ascii=False))
             if damaged:
                 raise typer.Exit(EXIT_USAGE)
@@ -251,6 +253,11 @@ def plan(
             print_reasons(console, the_plan, store, limit)
         for note in outside_notes(the_plan, store):
             console.print(esc(note), highlight=False)
+        for name, paths in outside_inputs(loaded, subjects, limit=0).items():
+            shown = ", ".join(paths[:3]) + (" ..." if len(paths) > 3 else "")
+            console.print(f"[yellow]{esc(name)}[/]: {len(paths)} input file(s) outside the study and its data roots, "
+                          f"by absolute path (a moved or cloned study needs them at the same place): {esc(shown)}",
+                          highlight=False)
         total = sum(len(s.to_run()) for s in the_plan)
         failed = sum(s.counts()["failed"] for s in the_plan)
         if total:

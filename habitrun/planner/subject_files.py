@@ -249,3 +249,27 @@ def _column(subjects: Sequence[Any], name: str) -> list[Any]:
     """Every subject's value in column ``name`` (a SubjectTable's without building its rows)."""
     column = getattr(subjects, "column", None)
     return column(name) if column is not None else [row.fields.get(name) for row in subjects]
+
+
+def outside_inputs(loaded: LoadedRecipe, subjects: Any, limit: int = 3) -> dict[str, list[str]]:
+    """map stage -> the first ``limit`` input files its subjects name by an absolute path (outside
+    the study and every declared data root: see :mod:`habitrun.spec.roots`): what a moved or
+    cloned study still needs at the same place."""
+    columns = file_columns(loaded, subjects)
+    found: dict[str, list[str]] = {}
+    for col in sorted(columns):
+        cells = _column(subjects, col)
+        absolute = [p for cell in cells if cell.__class__ is not str or "/" in cell[:1] or "~" in cell[:1] or ";" in cell
+                    for p in cell_paths(cell) if p.startswith(("/", "~"))]
+        if absolute:
+            found[col] = absolute
+    if not found:
+        return {}
+    out: dict[str, list[str]] = {}
+    for stage in loaded.recipe.stages:
+        if stage.kind != "map":
+            continue
+        paths = [p for col, ps in found.items() if stage.fields is None or col in stage.fields for p in ps]
+        if paths:
+            out[stage.name] = paths[:limit] if limit else paths
+    return out
