@@ -24,16 +24,16 @@ async def fetch(items, *, limit=10):
 def op(subject, width: int = 3, name="x"):
     global COUNT
     values = [v * 2 for v in range(width) if v % 2]
-    table = {k: v for k, v in zip("abc", values)}
+    table = {k: v for k, v in zip("abc", values, strict=False)}
     seen = {*values, 1j, b"raw", ..., None, True, 0.25}
     if (n := len(values)) > 2:
         values = values[1:-1:2]
     label = f"{name!r:>{width}} {n:.3f} {json.dumps(table)=} {'nested ' f'{n}'}" "tail"
     match subject:
         case {"id": str(sid), **rest} if sid:
-            label += sid
+            label += sid + str(rest)
         case [first, *others]:
-            label += str(first)
+            label += str(first) + str(others)
         case Box(size=3) | None:
             pass
         case _:
@@ -45,5 +45,5 @@ def op(subject, width: int = 3, name="x"):
     finally:
         del seen
     with open("x") as f, open("y"):
-        pass
+        label += f.name
     return label, lam, table, -n, not n, n if n else 0
