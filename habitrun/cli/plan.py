@@ -30,6 +30,7 @@ from habitrun.planner.opening import subjects_and_store
 from habitrun.planner.plan import Plan, StagePlan, SubjectStatus, plan_study
 from habitrun.planner.subject_files import outside_inputs
 from habitrun.spec.loader import LoadedRecipe, load_recipe
+from habitrun.spec.roots import declared_roots
 from habitrun.store.checkpoint import CheckpointStore
 from habitrun.store.guard import empty_store_file
 from habitrun.store.recovery import Recovery, examine, unsettled
@@ -103,7 +104,7 @@ def open_existing_store(loaded: LoadedRecipe, *, verify: bool = False) -> Checkp
     if not CheckpointStore.exists(store_dir):
         return None
     store = CheckpointStore.open(store_dir, create=False, read_only=True)
-    store.set_roots(loaded.run_root(), loaded.root)
+    store.set_roots(loaded.run_root(), loaded.root, declared_roots(loaded).data)
     store.verify_rows = verify
     return store
 

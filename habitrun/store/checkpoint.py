@@ -114,12 +114,14 @@ class CheckpointStore(StoreQueries):
     def _con(self) -> sqlite3.Connection:
         return self._ro_con if self._cache is None else dc.connection(self._cache)
 
-    def set_roots(self, run_root: Path, study_root: Path) -> None:
-        """The study's folders: paths under them in results are stored relative, and resolved
-        against them when read (see :mod:`habitrun.store.relpaths`)."""
+    def set_roots(self, run_root: Path, study_root: Path, data_roots: Sequence[tuple[str, str]] = ()) -> None:
+        """The study's folders, and its declared data roots ((vars name, folder): see
+        :mod:`habitrun.spec.roots`): paths under them in results are stored relative, and
+        resolved against them when read (see :mod:`habitrun.store.relpaths`)."""
         run_root, study_root = os.path.abspath(run_root), os.path.abspath(study_root)
-        self._relativize = Relativizer([("run", run_root), ("study", study_root)])
-        set_reader_roots({"run": run_root, "study": study_root})
+        data = [(f"var:{name}", os.path.abspath(folder)) for name, folder in data_roots]
+        self._relativize = Relativizer([("run", run_root), *data, ("study", study_root)])
+        set_reader_roots({"run": run_root, "study": study_root, **dict(data)})
 
     # -- opening -----------------------------------------------------------------------------
     @classmethod

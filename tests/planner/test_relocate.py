@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +33,8 @@ def load(subject):
 
 
 def scale(subject, factor=2):
+    stored = Path(subject.inputs["load"]["path"])  # a path stored by load, maybe before a move
+    assert stored.is_absolute() and stored.is_file(), stored
     return subject.inputs["load"]["value"] * factor
 
 
@@ -125,6 +128,17 @@ def test_a_moved_data_root_with_its_vars_value_changed_plans_nothing_to_run(tmp_
     nothing_to_run(folder)  # in the file
     subjects = next((folder / ".habitrun" / "runs").iterdir()) / "subjects.csv"
     assert "${vars.data}/S1/image.txt" in subjects.read_text()
+
+    # results name files under the data root relative to it: scale, rerun, reads load's stored
+    # paths (written before the move) at the data's new place
+    con = sqlite3.connect(folder / ".habitrun" / "store" / "cache.db")
+    try:
+        values = [bytes(v) for (v,) in con.execute("SELECT value FROM habitrun_record WHERE value IS NOT NULL")]
+    finally:
+        con.close()
+    assert values and not any(str(data).encode() in v or str(elsewhere).encode() in v for v in values)
+    rerun = habitrun(folder, "run", "recipe.yaml", "stages.scale.params.factor=4")
+    assert rerun.returncode == 0 and "[scale] finished: 3 done, 0 cached" in rerun.stdout, rerun.stdout + rerun.stderr
 
     # the study copied elsewhere, the data where the recipe says: nothing to run either
     shutil.copytree(folder, tmp_path / "copy", symlinks=True)
