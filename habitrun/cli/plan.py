@@ -27,6 +27,7 @@ from habitrun.cli.subjects_text import subjects_lines
 from habitrun.cli.text import esc
 from habitrun.errors import EXIT_USAGE
 from habitrun.planner.opening import subjects_and_store
+from habitrun.planner.explain import merged_by_pattern
 from habitrun.planner.plan import Plan, StagePlan, SubjectStatus, plan_study
 from habitrun.planner.subject_files import outside_inputs
 from habitrun.spec.loader import LoadedRecipe, load_recipe
@@ -165,7 +166,7 @@ def print_package_changes(console: Console, plan: Plan) -> None:
 
 def print_reasons(console: Console, plan: Plan, store: CheckpointStore | None, limit: int) -> None:
     for stage in plan:
-        groups = reason_groups(stage, store)
+        groups = merged_by_pattern(reason_groups(stage, store))  # one line for a reason many share
         if not groups:
             continue
         console.print(f"[bold]{esc(stage.name)}[/]")

@@ -159,3 +159,15 @@ def test_files_outside_every_root_stay_absolute_and_plan_names_their_stages(tmp_
     data_json = json.loads(habitrun(folder, "plan", "recipe.yaml", "--json").stdout)
     files = [str(data / sid / "image.txt") for sid in ("S1", "S2", "S3")]
     assert data_json["outside_inputs"] == {"load": files, "scale": files}
+
+
+def test_a_reason_many_subjects_share_is_one_short_line(tmp_path: Path) -> None:
+    folder = study(tmp_path / "study", tmp_path / "study" / "data")
+    for sid in ("S1", "S2", "S3"):
+        (folder / "data" / sid / "image.txt").write_text(f"new image of {sid}\n")
+    plan = habitrun(folder, "plan", "recipe.yaml", "--reason")
+    lines = plan.stdout.splitlines()
+    assert "  stale (image: data/{subject}/image.txt content changed): 3" in lines, plan.stdout
+    assert "    S1, S2, S3" in lines
+    reasons = lines[lines.index("load"):]
+    assert not any(str(tmp_path) in line for line in reasons) and max(map(len, reasons)) < 100, plan.stdout
