@@ -26,8 +26,8 @@ from habitrun.cli.longtable import Cell, print_table
 from habitrun.cli.subjects_text import subjects_lines
 from habitrun.cli.text import esc
 from habitrun.errors import EXIT_USAGE
-from habitrun.planner.opening import subjects_and_store
 from habitrun.planner.explain import merged_by_pattern
+from habitrun.planner.opening import subjects_and_store
 from habitrun.planner.plan import Plan, StagePlan, SubjectStatus, plan_study
 from habitrun.planner.subject_files import outside_inputs
 from habitrun.spec.loader import LoadedRecipe, load_recipe
