@@ -137,6 +137,10 @@ def test_a_moved_data_root_with_its_vars_value_changed_plans_nothing_to_run(tmp_
     finally:
         con.close()
     assert values and not any(str(data).encode() in v or str(elsewhere).encode() in v for v in values)
+    table = subprocess.run([sys.executable, "-c", "import sys, habitrun; t = habitrun.results(sys.argv[1], 'load', "
+                            "manifest=True); print(t['path']['S1']); print(t['image']['S1'])", str(folder / "recipe.yaml")],
+                           capture_output=True, text=True, timeout=60)
+    assert table.stdout.split() == [str(elsewhere / "S1" / "image.txt")] * 2, table.stdout + table.stderr
     rerun = habitrun(folder, "run", "recipe.yaml", "stages.scale.params.factor=4")
     assert rerun.returncode == 0 and "[scale] finished: 3 done, 0 cached" in rerun.stdout, rerun.stdout + rerun.stderr
 
