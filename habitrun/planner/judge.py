@@ -187,6 +187,8 @@ def _adopt(plan: StagePlan, not_done: list[str], probe: Mapping[str, str], store
     found: dict[str, str] = {}
     ok: dict[str, bool] = {}
     for legacy, old_parts in plan.legacy_keys().values():
+        if old_parts is None and legacy == (plan.keys[GROUP_SUBJECT] if plan.is_group else plan.key_prefix):
+            continue  # the same keys as today's (a stage whose keys did not change in that generation)
         if plan.is_group:
             if found:
                 break
