@@ -183,30 +183,40 @@ def _missing(plan: StagePlan, missing: list[str], store: CheckpointStore, groups
 
 def _adopt(plan: StagePlan, not_done: list[str], probe: Mapping[str, str], store: CheckpointStore,
            done: set[str], failed: set[str]) -> tuple[set[str], set[str]]:
-    """Subjects stored under an older key (see :func:`judge`): (done, failed) including them."""
+    """Subjects stored under an older key (see :func:`judge`): (done, failed) including them.
+
+    The store is asked first: the older keys (their subject parts are a second pass over every
+    subject, for found subjects) are made only when it holds records that are not today's."""
     found: dict[str, str] = {}
     ok: dict[str, bool] = {}
-    for legacy, old_parts in plan.legacy_keys().values():
-        if old_parts is None and legacy == (plan.keys[GROUP_SUBJECT] if plan.is_group else plan.key_prefix):
-            continue  # the same keys as today's (a stage whose keys did not change in that generation)
-        if plan.is_group:
-            if found:
-                break
-            old_done, old_failed = store.stage_outcomes(plan.name)
-            if legacy in old_done or legacy in old_failed:
+    if plan.is_group:
+        old_done, old_failed = store.stage_outcomes(plan.name)
+        today = plan.keys[GROUP_SUBJECT]
+        if not (old_done | old_failed) - {today}:
+            return done, failed
+        for legacy, _ in plan.legacy_keys().values():
+            if legacy != today and (legacy in old_done or legacy in old_failed):
                 found[GROUP_SUBJECT] = legacy
                 ok[GROUP_SUBJECT] = legacy in old_done
-            continue
-        old_done, old_failed = store.stage_outcomes(plan.name, legacy + ".")
-        if not old_done and not old_failed:
-            continue
-        look = old_parts if old_parts is not None else probe
-        for sid in not_done:
-            if sid not in found:
-                part = look[sid]
-                if part in old_done or part in old_failed:
-                    found[sid] = f"{legacy}.{part}"
-                    ok[sid] = part in old_done
+                break
+    else:
+        for legacy, old_parts in plan.legacy_keys().values():
+            old_done, old_failed = store.stage_outcomes(plan.name, legacy + ".")
+            if legacy == plan.key_prefix:  # the same stage part: only records not under today's keys count
+                old_done, old_failed = old_done.difference(done), old_failed.difference(failed)
+            if not old_done and not old_failed:
+                continue
+            look = old_parts() if old_parts is not None else None
+            if look is None:
+                if legacy == plan.key_prefix:
+                    continue  # the same keys as today's
+                look = probe
+            for sid in not_done:
+                if sid not in found:
+                    part = look[sid]
+                    if part in old_done or part in old_failed:
+                        found[sid] = f"{legacy}.{part}"
+                        ok[sid] = part in old_done
     if not found:
         return done, failed
     plan.adopted.update(found)

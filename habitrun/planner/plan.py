@@ -225,12 +225,31 @@ def _legacy_parts(head: _Stage, context: KeyContext | None, gen: str,
     maps = [up for up in head.needs.values() if not up.is_group]
     variant = context.stages[head.spec.name].variant
     others = [up for up in maps if up.variant != variant]
-    if own is None and not any(up.legacy_keys().get(gen, ("", None))[1] is not None for up in others):
+    olds = [_parts_of(up, gen) for up in others]
+    if own is None and all(old is None for old in olds):
         return None
     if not others:
         return own
     base = own if own is not None else context.parts(head.spec.name, rows)
-    return combined_parts(base, [up.legacy_keys().get(gen, ("", None))[1] or up.parts for up in others])
+    return combined_parts(base, [old if old is not None else up.parts for old, up in zip(olds, others, strict=True)])
+
+
+def _parts_of(up: StagePlan, gen: str) -> Mapping[str, str] | None:
+    """The subject parts an upstream map stage's keys had in generation ``gen`` (None: today's)."""
+    entry = up.legacy_keys().get(gen)
+    return entry[1]() if entry is not None and entry[1] is not None else None
+
+
+class _Once:
+    """A value made at its first call, then kept (an older generation's subject parts)."""
+
+    def __init__(self, make: Any) -> None:
+        self._make, self._made, self._done = make, None, False
+
+    def __call__(self) -> Any:
+        if not self._done:
+            self._made, self._done = self._make(), True
+        return self._made
 
 
 def _legacy_map(head: _Stage, context: KeyContext | None, rows: Mapping[str, str]) -> Any:
@@ -245,7 +264,7 @@ def _legacy_map(head: _Stage, context: KeyContext | None, rows: Mapping[str, str
                 continue
             ups = _legacy_upstream(head.needs, gen)
             if ups is not None:
-                out[gen] = (stage_part(identity, ups), _legacy_parts(head, context, gen, rows))
+                out[gen] = (stage_part(identity, ups), _Once(lambda gen=gen: _legacy_parts(head, context, gen, rows)))
         return out
 
     return made
@@ -302,10 +321,11 @@ def _legacy_group(head: _Stage, members: list[str]) -> Any:
                 continue
             legacy_members: dict[str, list[str]] = {}
             for name, up in head.needs.items():
-                prefix, old_parts = up.legacy_keys()[gen]
+                prefix, _ = up.legacy_keys()[gen]
                 if up.is_group:
                     legacy_members[name] = [prefix]
                 else:
+                    old_parts = _parts_of(up, gen)
                     look = old_parts if old_parts is not None else up.parts
                     legacy_members[name] = [f"{prefix}.{look[sid]}" for sid in members]
             out[gen] = (group_key(identity, legacy_members), None)

@@ -34,9 +34,9 @@ class StagePlan:
     members: list[str] = field(default_factory=list)
     key_prefix: str = ""  # map stage: the stage part every key starts with (see planner.keys)
     # The keys older habitruns gave the same inputs, per generation (see planner.context
-    # LEGACY): (map: its stage part, group: the whole key; the subject parts of a map stage's
-    # keys then, None when they are today's). Results stored under one count as done and
-    # `run` moves them to today's key.
+    # BEFORE_10, BEFORE_31): (map: its stage part, group: the whole key; a call that gives
+    # the subject parts of a map stage's keys then, None when they are today's). Results
+    # stored under one count as done and `run` moves them to today's key.
     # Made when first asked (:meth:`legacy_keys`): only a plan with something not done looks.
     legacy: Callable[[], dict[str, tuple[str, Any]]] | None = None
     _legacy_made: dict[str, tuple[str, Any]] | None = None
