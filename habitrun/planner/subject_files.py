@@ -259,6 +259,12 @@ def outside_inputs(loaded: LoadedRecipe, subjects: Any, limit: int = 3) -> dict[
     found: dict[str, list[str]] = {}
     for col in sorted(columns):
         cells = _column(subjects, col)
+        try:  # the usual column, decided at once: no cell starts with / or ~ (nor a blank or a list)
+            joined = "\n" + "\n".join(cells)
+        except TypeError:
+            joined = "\n/"
+        if not any(mark in joined for mark in ("\n/", "\n~", "\n ", ";")):
+            continue
         absolute = [p for cell in cells if cell.__class__ is not str or "/" in cell[:1] or "~" in cell[:1] or ";" in cell
                     for p in cell_paths(cell) if p.startswith(("/", "~"))]
         if absolute:

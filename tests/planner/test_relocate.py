@@ -80,6 +80,7 @@ def nothing_to_run(folder: Path, *args: str) -> None:
     done = habitrun(folder, "plan", "recipe.yaml", *args, "--reason")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "nothing to run: every stage is done" in done.stdout, done.stdout
+    assert "outside the study" not in done.stdout  # every file under the study or a data root
 
 
 def test_a_copy_a_move_and_a_clone_plan_nothing_to_run(tmp_path: Path) -> None:
