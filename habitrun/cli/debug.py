@@ -35,6 +35,7 @@ from habitrun.engine.debug_subject import Attempt, SubjectDebugger, stages_to_de
 from habitrun.engine.runner import lock_path_for
 from habitrun.errors import EXIT_FAILED_SUBJECTS, EXIT_INTERRUPTED, HabitrunError, UsageError
 from habitrun.spec.loader import LoadedRecipe, load_recipe
+from habitrun.spec.roots import declared_roots
 from habitrun.spec.subjects import load_subjects, rows_by_id, subject_ids
 from habitrun.store.checkpoint import CheckpointStore
 from habitrun.store.folders import ensure_folder
@@ -55,7 +56,7 @@ def _open_store(loaded: LoadedRecipe, *, write: bool) -> CheckpointStore | None:
         ensure_folder(loaded.run_root())
         ensure_folder(store_dir.parent)
         store = CheckpointStore.open(store_dir)
-        store.set_roots(loaded.run_root(), loaded.root)
+        store.set_roots(loaded.run_root(), loaded.root, declared_roots(loaded).data)
         warning = store.check_recipe(loaded.recipe.name, loaded.sha256,
                                      strict=loaded.recipe.policy.strict_checkpoint_hash)
         if warning:
@@ -64,7 +65,7 @@ def _open_store(loaded: LoadedRecipe, *, write: bool) -> CheckpointStore | None:
     if not CheckpointStore.exists(store_dir):
         return None
     store = CheckpointStore.open(store_dir, create=False, read_only=True)
-    store.set_roots(loaded.run_root(), loaded.root)
+    store.set_roots(loaded.run_root(), loaded.root, declared_roots(loaded).data)
     return store
 
 

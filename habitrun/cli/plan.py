@@ -26,9 +26,12 @@ from habitrun.cli.longtable import Cell, print_table
 from habitrun.cli.subjects_text import subjects_lines
 from habitrun.cli.text import esc
 from habitrun.errors import EXIT_USAGE
+from habitrun.planner.explain import merged_by_pattern
 from habitrun.planner.opening import subjects_and_store
 from habitrun.planner.plan import Plan, StagePlan, SubjectStatus, plan_study
+from habitrun.planner.subject_files import outside_inputs
 from habitrun.spec.loader import LoadedRecipe, load_recipe
+from habitrun.spec.roots import declared_roots
 from habitrun.store.checkpoint import CheckpointStore
 from habitrun.store.guard import empty_store_file
 from habitrun.store.recovery import Recovery, examine, unsettled
@@ -102,7 +105,7 @@ def open_existing_store(loaded: LoadedRecipe, *, verify: bool = False) -> Checkp
     if not CheckpointStore.exists(store_dir):
         return None
     store = CheckpointStore.open(store_dir, create=False, read_only=True)
-    store.set_roots(loaded.run_root(), loaded.root)
+    store.set_roots(loaded.run_root(), loaded.root, declared_roots(loaded).data)
     store.verify_rows = verify
     return store
 
@@ -163,7 +166,7 @@ def print_package_changes(console: Console, plan: Plan) -> None:
 
 def print_reasons(console: Console, plan: Plan, store: CheckpointStore | None, limit: int) -> None:
     for stage in plan:
-        groups = reason_groups(stage, store)
+        groups = merged_by_pattern(reason_groups(stage, store))  # one line for a reason many share
         if not groups:
             continue
         console.print(f"[bold]{esc(stage.name)}[/]")
@@ -230,6 +233,7 @@ def plan(
             data["store_damage"] = damaged
             data["journaled"] = pending
             data["outside_paths"] = outside_notes(the_plan, store)
+            data["outside_inputs"] = outside_inputs(loaded, subjects, limit=0)
             typer.echo(json.dumps(data, indent=1, ensure_ascii=False))
             if damaged:
                 raise typer.Exit(EXIT_USAGE)
@@ -251,6 +255,11 @@ def plan(
             print_reasons(console, the_plan, store, limit)
         for note in outside_notes(the_plan, store):
             console.print(esc(note), highlight=False)
+        for name, paths in outside_inputs(loaded, subjects, limit=0).items():
+            shown = ", ".join(paths[:3]) + (" ..." if len(paths) > 3 else "")
+            console.print(f"[yellow]{esc(name)}[/]: {len(paths)} input file(s) outside the study and its data roots, "
+                          f"by absolute path (a moved or cloned study needs them at the same place): {esc(shown)}",
+                          highlight=False)
         total = sum(len(s.to_run()) for s in the_plan)
         failed = sum(s.counts()["failed"] for s in the_plan)
         if total:

@@ -43,6 +43,7 @@ from habitrun.planner.plan import GROUP_SUBJECT, StagePlan, SubjectStatus
 from habitrun.spec.discover import write_table
 from habitrun.spec.loader import LoadedRecipe
 from habitrun.spec.recipe import StageSpec
+from habitrun.spec.roots import declared_roots
 from habitrun.spec.subjects import SubjectRow, load_subjects, rows_by_id
 from habitrun.store.checkpoint import CheckpointStore
 from habitrun.store.cohort import Cohort
@@ -103,7 +104,7 @@ def run_study(
     with StoreLock(lock_path_for(store_dir)):
         empty = empty_store_file(store_dir)
         store = CheckpointStore.open(store_dir)
-        store.set_roots(loaded.run_root(), loaded.root)
+        store.set_roots(loaded.run_root(), loaded.root, declared_roots(loaded).data)
         store.verify_rows = True  # a run plans each stage with every stored result checked
         settled: list[Path] = []  # journals to delete once the store is closed cleanly
         runner: StudyRunner | None = None

@@ -30,6 +30,12 @@ if TYPE_CHECKING:
 
 Variant = tuple[Any, ...]
 
+# Generations of keys an older habitrun gave the same inputs, whose stored results still count:
+# before issue 10 the code counted by its module's bytes; before issue 31 by ``ast.dump`` of its
+# syntax tree (which differs between Pythons), and a found subject's files by absolute path.
+BEFORE_10 = "before-10"
+BEFORE_31 = "before-31"
+
 
 @dataclass
 class StageInputs:
@@ -43,7 +49,7 @@ class StageInputs:
     packages_in_key: bool
     file_cols: tuple[str, ...]  # the file columns its subject parts cover
     variant: Variant | None  # None: the subject parts habitrun always computed
-    legacy_fingerprint: str | None = None  # the fingerprint before issue 10, when its keys may match
+    legacy_fingerprints: dict[str, str] = field(default_factory=dict)  # generation -> its fingerprint
 
     def code_components(self) -> Any:
         if self.stage.code_version is not None:
@@ -64,6 +70,21 @@ class KeyContext:
 
     def fingerprint(self, name: str) -> str:
         return self.stages[name].fingerprint
+
+    def legacy_parts(self, name: str) -> Mapping[str, str] | None:
+        """The subject parts habitrun gave map stage ``name`` before issue 31, when they differ
+        from today's: a found subject's files were in its row by their absolute paths."""
+        info = self.stages[name]
+        roots = getattr(getattr(self.subjects, "discovery", None), "roots", None)
+        if info.variant is None or roots is None or not getattr(self.subjects, "file_columns", ()):
+            return None
+        key = ("absolute", info.variant)
+        found = self._parts.get(key)
+        if found is None:
+            found = self._parts[key] = variant_parts(
+                self.subjects, info.stage.fields, self._file_texts(info), info.file_cols,
+                resolve=(self.subjects.file_columns, roots.resolve_cell))  # type: ignore[attr-defined]
+        return found
 
     def parts(self, name: str, digests: Mapping[str, str] | None = None) -> dict[str, str] | Mapping[str, str]:
         """subject id -> subject part of map stage ``name`` (shared by stages of one variant)."""
@@ -217,16 +238,19 @@ def _stage_inputs(loaded: LoadedRecipe, index: int, columns: Mapping[str, bool],
         pieces.append("packages:" + canonical_json(code.packages))
     cols = tuple(c for c in sorted(columns) if stage.fields is None or c in stage.fields) if stage.kind == "map" else ()
     variant = (stage.fields, cols, mode == "lenient") if cols or stage.fields is not None else None
-    legacy = None
+    legacy: dict[str, str] = {}
+    if not verify_only and code.legacy is not None:
+        legacy[BEFORE_31] = "\x00".join([code.legacy, *pieces[1:]])
     if not verify_only and variant is None and not stage.inputs and stage.code_version is None \
             and not (in_key and code.packages):
-        legacy = memo.get(("legacy", *what))
-        if legacy is None:
-            legacy_key = ("legacy", *what)
-            legacy = memo[legacy_key] = legacy_fingerprint(stage, search_path, root)
+        legacy_key = ("legacy", *what)
+        before_10 = memo.get(legacy_key)
+        if before_10 is None:
+            before_10 = memo[legacy_key] = legacy_fingerprint(stage, search_path, root)
+        legacy[BEFORE_10] = before_10
     return StageInputs(
         stage=stage, code=code, fingerprint="\x00".join(pieces), inputs=inputs, mode=mode,
-        packages_in_key=in_key, file_cols=cols, variant=variant, legacy_fingerprint=legacy,
+        packages_in_key=in_key, file_cols=cols, variant=variant, legacy_fingerprints=legacy,
     )
 
 

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from habitrun.errors import MissingExtra, StoreError, UsageError
 from habitrun.planner.plan import GROUP_SUBJECT, Plan, StagePlan, SubjectStatus, plan_study
-from habitrun.spec.subjects import load_subjects
+from habitrun.spec.roots import declared_roots
+from habitrun.spec.subjects import load_subjects, rows_by_id
 from habitrun.store.checkpoint import CheckpointStore
 from habitrun.store.trace import COL, latest_by_key
 
@@ -45,7 +46,9 @@ def open_store(loaded: LoadedRecipe) -> CheckpointStore:
     if not CheckpointStore.exists(store_dir):
         raise StoreError(f"no checkpoint store at {store_dir} yet: run the study first "
                          f"({shlex.join(['habitrun', 'run', str(loaded.path)])})")
-    return CheckpointStore.open(store_dir, create=False, read_only=True)
+    store = CheckpointStore.open(store_dir, create=False, read_only=True)
+    store.set_roots(loaded.run_root(), loaded.root, declared_roots(loaded).data)  # stored paths read as absolute
+    return store
 
 
 def stage_of(plan: Plan, stage: str) -> StagePlan:
@@ -85,6 +88,7 @@ def stage_table(loaded: LoadedRecipe, stage: str, *, manifest: bool = False) -> 
     if manifest:
         for row in subjects:
             field_names.extend(name for name in row.fields if name not in field_names)
+        by_id = rows_by_id(subjects)  # a found subject's files by their absolute paths
     fixed = list(FIXED) + [name for name in field_names if name not in FIXED]
     result_columns: dict[str, None] = {}
     rows: list[dict[str, Any]] = []
@@ -105,7 +109,7 @@ def stage_table(loaded: LoadedRecipe, stage: str, *, manifest: bool = False) -> 
         if manifest:
             for name in field_names:
                 if name not in FIXED:
-                    out[name] = row.fields.get(name)
+                    out[name] = by_id[row.id].fields.get(name)
         if key in results:
             value = results[key]
             flat = flatten(value) if isinstance(value, Mapping) else {"result": value}

@@ -117,12 +117,14 @@ class CheckpointStore(StoreQueries):
         assert self._ro_con is not None  # opened read-only: no cache, a connection of its own
         return self._ro_con
 
-    def set_roots(self, run_root: Path, study_root: Path) -> None:
-        """The study's folders: paths under them in results are stored relative, and resolved
-        against them when read (see :mod:`habitrun.store.relpaths`)."""
+    def set_roots(self, run_root: Path, study_root: Path, data_roots: Sequence[tuple[str, str]] = ()) -> None:
+        """The study's folders, and its declared data roots ((vars name, folder): see
+        :mod:`habitrun.spec.roots`): paths under them in results are stored relative, and
+        resolved against them when read (see :mod:`habitrun.store.relpaths`)."""
         run, study = os.path.abspath(run_root), os.path.abspath(study_root)
-        self._relativize = Relativizer([("run", run), ("study", study)])
-        set_reader_roots({"run": run, "study": study})
+        data = [(f"var:{name}", os.path.abspath(folder)) for name, folder in data_roots]
+        self._relativize = Relativizer([("run", run), *data, ("study", study)])
+        set_reader_roots({"run": run, "study": study, **dict(data)})
 
     # -- opening -----------------------------------------------------------------------------
     @classmethod
