@@ -1,4 +1,4 @@
-"""Map and collect stages: tasks through the backend in retry rounds, each outcome booked as it arrives.
+"""Map and collect stages (kinds): tasks through the backend in retry rounds, each outcome booked as it arrives.
 
 The backend only turns tasks into outcomes. Here each batch of outcomes is
 decided: a success or a final failure goes to the stage's ledger; a failure
@@ -12,20 +12,20 @@ from __future__ import annotations
 import errno
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import ClassVar
 
 from habitrun.engine.contract import FailureKind, OperatorRef, SubjectOutcome, SubjectTask
 from habitrun.engine.control import StopFlag
 from habitrun.engine.events import RETRY_NAMED, RetryRound, RunWarning
 from habitrun.engine.ledger import StageLedger
+from habitrun.engine.run_context import RunContext
+from habitrun.engine.stage_inputs import StageInputs
+from habitrun.engine.stage_kind import OneResultKind, StageKind
 from habitrun.engine.write_failure import WriteFailure
 from habitrun.planner.plan import StagePlan
 from habitrun.spec.gcpause import gc_paused
 from habitrun.spec.policy import RunPolicy
 from habitrun.spec.recipe import StageSpec
-
-if TYPE_CHECKING:
-    from habitrun.engine.runner import StudyRunner
 
 
 class RetryRounds:
@@ -73,26 +73,60 @@ class RetryRounds:
             f"No space left on device (subject {sid} of stage {stage}: {outcome.error})")))
 
 
-def run_on_backend(runner: StudyRunner, stage: StageSpec, plan: StagePlan, policy: RunPolicy,
+class MapStage(StageKind):
+    """Per subject: one task per subject to run, on the stage's backend, in retry rounds."""
+
+    name = "map"
+    one_result = False
+    on_backend = True
+    debuggable = True
+    operator_call: ClassVar[str] = "map"  # how invoke.py calls the operator (OperatorRef.kind)
+
+    def tasks(self, inputs: StageInputs, stage: StageSpec, plan: StagePlan, to_run: list[str]) -> list[SubjectTask]:
+        return inputs.map_tasks(stage, plan, to_run)
+
+    def run(self, ctx: RunContext, stage: StageSpec, plan: StagePlan, to_run: list[str],
+            ledger: StageLedger) -> None:
+        run_on_backend(ctx, self, self.operator_call, stage, plan, to_run, ledger)
+
+
+class CollectStage(OneResultKind):
+    """All members' results into one: one task, on the stage's backend, in retry rounds."""
+
+    name = "collect"
+    on_backend = True
+    operator_call: ClassVar[str] = "collect"
+
+    def tasks(self, inputs: StageInputs, stage: StageSpec, plan: StagePlan, to_run: list[str]) -> list[SubjectTask]:
+        return [inputs.group_task(stage, plan)]
+
+    def run(self, ctx: RunContext, stage: StageSpec, plan: StagePlan, to_run: list[str],
+            ledger: StageLedger) -> None:
+        run_on_backend(ctx, self, self.operator_call, stage, plan, to_run, ledger)
+
+
+def run_on_backend(ctx: RunContext, kind: StageKind, call: str, stage: StageSpec, plan: StagePlan,
                    to_run: list[str], ledger: StageLedger) -> None:
-    """Run a map or collect stage's subjects to their end (or the stop), round after round."""
+    """Run a stage's tasks (``kind.tasks``) to their end (or the stop), round after round, on its backend."""
+    policy = ctx.recipe.stage_policy(stage.name)
     op = OperatorRef(stage=stage.name, path=stage.operator or "", params=dict(stage.params),
-                     kind="collect" if stage.kind == "collect" else "map", search_path=runner.loaded.search_path)
-    backend = runner.current_backend = runner.backends.for_policy(policy)
-    runner.events.emit_many([RunWarning(message=note) for note in runner.backends.take_notes()])
-    backend.scratch_dir = str(runner.run.path / "scratch")  # subject output never leaves the run folder
+                     kind=call, search_path=ctx.search_path)
+    backend = ctx.now.backend = ctx.backends.for_policy(policy)
+    ctx.events.emit_many([RunWarning(message=note) for note in ctx.backends.take_notes()])
+    backend.scratch_dir = str(ctx.run.path / "scratch")  # subject output never leaves the run folder
     with gc_paused():  # tens of thousands of tasks, no cycles: the collector would only walk them
-        pending = runner.inputs.tasks(stage, plan, to_run)
-    rounds = RetryRounds(policy=policy, ledger=ledger, stop=runner.stop, write_failure=runner.write_failure,
-                         run_path=str(runner.run.path))
-    while pending and not runner.stop.is_set():
+        pending = kind.tasks(ctx.inputs, stage, plan, to_run)
+    stop = ctx.stop
+    rounds = RetryRounds(policy=policy, ledger=ledger, stop=stop, write_failure=ctx.write_failure,
+                         run_path=str(ctx.run.path))
+    while pending and not stop.is_set():
         rounds.retry, rounds.kinds = [], {}
         ledger.queued_at = time.time()  # when this round's tasks were handed to the backend
-        backend.run_tasks(op, pending, rounds.report, runner.stop)
+        backend.run_tasks(op, pending, rounds.report, stop)
         ledger.settle()
-        if rounds.retry and not runner.stop.is_set():
-            runner.events.emit(RetryRound(stage=stage.name, subjects=len(rounds.retry),
-                                          attempt=rounds.retry[0].attempt,
-                                          subject_ids=[t.subject_id for t in rounds.retry[:RETRY_NAMED]],
-                                          kinds=dict(rounds.kinds)))
+        if rounds.retry and not stop.is_set():
+            ctx.events.emit(RetryRound(stage=stage.name, subjects=len(rounds.retry),
+                                       attempt=rounds.retry[0].attempt,
+                                       subject_ids=[t.subject_id for t in rounds.retry[:RETRY_NAMED]],
+                                       kinds=dict(rounds.kinds)))
         pending = rounds.retry

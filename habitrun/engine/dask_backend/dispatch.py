@@ -46,6 +46,7 @@ from habitrun.engine.dask_backend.crashfile import remove_crash_files, take_cras
 from habitrun.engine.dask_backend.state import SharedState
 from habitrun.engine.dask_backend.worker import BatchContext, WireOutcome, run_batch, stop_token
 from habitrun.engine.invoke import write_log
+from habitrun.errors import OperatorBindError
 from habitrun.spec.policy import RunPolicy
 
 MAX_HOST_LOSSES = 2  # a subject is resent this often when its worker's whole job ends under it
@@ -281,6 +282,9 @@ class StageDispatch:
             self.pending.extendleft(reversed([batch.indices[p] for p in res["not_run"]]))
         if res["restart"] and worker_alive:
             self.shared.restart(self.handle, res["worker"], forgotten=batch.future.key)
+        if res.get("bind_error") is not None and self.stopping_deadline is None:
+            # the stage's error, not its subjects' (see OperatorBindError): one line, the run stops
+            raise OperatorBindError.for_stage(self.op.stage, self.op.path, res["bind_error"])
 
     def _batch_error(self, batch: _Batch, exc: BaseException | None) -> None:
         from distributed.scheduler import KilledWorker

@@ -75,6 +75,7 @@ class _SubjectThread:
         self.subjects_run = 0
         self.consecutive_failures = 0
         self.retiring: str | None = None  # why this worker waits for its restart
+        self.bind_error: str | None = None  # why the last bind failed, in one line (see OperatorBindError)
         self.crash_file = CrashFile()  # a subject that kills the process leaves its stack there
         thread = threading.Thread(target=self._loop, name="habitrun-subject", daemon=True)
         thread.start()
@@ -93,7 +94,9 @@ class _SubjectThread:
             self._bound = None
             try:
                 self._bound = (op, bind_operator(op))
-            except BaseException as exc:  # noqa: BLE001 - a bad operator fails its subjects, not the worker
+                self.bind_error = None
+            except BaseException as exc:  # noqa: BLE001 - a bad operator fails its stage, not the worker
+                self.bind_error = one_line(exc)
                 return SubjectOutcome(task=task, ok=False, error=f"cannot load operator {op.path!r}: {one_line(exc)}",
                                       kind=FailureKind.EXCEPTION, worker_pid=os.getpid())
         return execute(self._bound[1], task, capture="fd")
@@ -160,7 +163,8 @@ def _cancelled(worker: Any) -> bool:
 def run_batch(op: OperatorRef, tasks: Sequence[SubjectTask], ctx: BatchContext) -> None:
     """Run ``tasks`` in order on this worker; send every outcome and what was not run as an "E" event.
 
-    Event ``r``: pickled ``{"worker", "done": [WireOutcome], "not_run": [index], "restart": reason | None}``.
+    Event ``r``: pickled ``{"worker", "done": [WireOutcome], "not_run": [index], "restart": reason | None,
+    "bind_error": why the operator could not be bound | None}`` (then the stage stops: OperatorBindError).
     """
     from distributed import get_worker
 
@@ -170,6 +174,7 @@ def run_batch(op: OperatorRef, tasks: Sequence[SubjectTask], ctx: BatchContext) 
         runner = _runner()
         done: list[WireOutcome] = []
         restart: str | None = None
+        bind_error: str | None = None
         if runner.retiring is None and ctx.token not in _STOPPED:
             # the client knows this batch started (and under which nanny) before its first subject does
             _mark(worker, ctx, {"m": "B", "n": worker.nanny, "p": os.getpid()})
@@ -178,6 +183,9 @@ def run_batch(op: OperatorRef, tasks: Sequence[SubjectTask], ctx: BatchContext) 
             if runner.retiring is not None or ctx.token in _STOPPED or _cancelled(worker):
                 break
             outcome, marked = _watch_one(runner, worker, op, task, i, ctx, unsent)
+            if runner.bind_error is not None:  # the stage's error, not this subject's: ends the batch unrun
+                bind_error = runner.bind_error
+                break
             wire = _wire(i, outcome)
             done.append(wire)
             if marked:  # before the next subject starts: the client must not think this one still runs
@@ -190,7 +198,7 @@ def run_batch(op: OperatorRef, tasks: Sequence[SubjectTask], ctx: BatchContext) 
                 _pause_worker(worker)
                 break
         result = {"worker": address, "done": done, "not_run": list(range(len(done), len(tasks))),
-                  "restart": restart}
+                  "restart": restart, "bind_error": bind_error}
         # The result is confirmed by the scheduler before the task ends, so it reaches the client
         # before the task's "finished" (or its worker's death): nothing is left on this worker for a
         # later death to lose (or Dask to recompute).
