@@ -33,6 +33,7 @@ def stage_code(context: KeyContext) -> dict[str, dict[str, Any]]:
             "files": dict(info.code.modules),
             "packages": dict(info.code.packages),
             "inputs": dict(info.inputs),
+            "file_columns": list(info.file_cols),  # the subjects' file columns in its keys
         }
     return out
 
