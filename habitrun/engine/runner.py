@@ -18,8 +18,8 @@ from typing import Any
 
 from habitrun.engine.backend_choice import BackendPool
 from habitrun.engine.control import StopFlag
-from habitrun.engine.event_stream import EventStream, Observer
 from habitrun.engine.environment_lock import stage_packages, write_lock
+from habitrun.engine.event_stream import EventStream, Observer
 from habitrun.engine.events import CheckpointCleared, RunFinished, RunStarted, RunWarning, Stopping
 from habitrun.engine.planning import StagePlanner
 from habitrun.engine.recorder import Recorder

@@ -182,11 +182,18 @@ def _provenance(data: ReportData) -> str:
     ]
     packages = prov.get("operator_packages") or {}
     if packages:
-        items.append(("operator packages", ", ".join(f"{k} {v or '(local)'}" for k, v in packages.items())))
+        items.append(("operator packages", "; ".join(_packages_text(k, v) for k, v in packages.items())))
     out = ['<section id="provenance"><h2>Provenance</h2><div class="card"><dl class="prov">']
     out.extend(f"<dt>{esc(k)}</dt><dd>{esc('–' if v is None else v)}</dd>" for k, v in items)
     out.append("</dl></div></section>")
     return "".join(out)
+
+
+def _packages_text(name: str, value: object) -> str:
+    """One entry of provenance's operator_packages: per stage {distribution: version} (per module before)."""
+    if isinstance(value, dict):
+        return f"{name}: {', '.join(f'{d} {v}' for d, v in value.items()) or '(none)'}"
+    return f"{name} {value or '(local)'}"
 
 
 def _charts(data: ReportData, colors: dict[str, str]) -> str:
