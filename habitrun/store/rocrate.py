@@ -277,16 +277,22 @@ def export_crate(dest: Path, *, run: RunFolder, recipe: Any, store: CheckpointSt
                   result=[_ref(output_file(p)) for p in stage_outputs] if per_file else [_ref(OUTPUTS_FILE)])
         acts = [_ref(action)]
         if per_subject:
+            by_subject: dict[str, list[tuple[str, str, str]]] = {}
+            for k in stage_inputs:
+                by_subject.setdefault(k[0], []).append(k)
+            made: dict[str, list[str]] = {}
+            for st, s, p in outputs:
+                if st == stage.name:
+                    made.setdefault(s, []).append(p)
             for subject, row in sorted(mine.items()):
                 sid = f"{action}/{subject}"
-                own_inputs = [k for k in stage_inputs if k[0] == subject]
+                own_inputs = by_subject.get(subject, [])
                 graph.add(sid, "CreateAction", name=f"{stage.name} of {subject}", instrument=_ref(f"#stage-{stage.name}"),
                           startTime=_iso(row[COL["started_at"]]), endTime=_iso(row[COL["ended_at"]]),
                           actionStatus=_ref(_STATUS["done" if row[COL["outcome"]] == "done" else "failed"]),
                           error=row[COL["error"]] or None,
                           object=([_ref(input_file(k)) for k in own_inputs] if per_file else []) + params,
-                          result=[_ref(output_file(p)) for st, s, p in outputs if st == stage.name and s == subject]
-                          if per_file else None)
+                          result=[_ref(output_file(p)) for p in made.get(subject, [])] if per_file else None)
                 acts.append(_ref(sid))
                 subject_actions += 1
         control = f"#control-{stage.name}"
