@@ -286,8 +286,11 @@ class StudyRunner:
             provenance=provenance,
             reserve=RESERVE_BYTES + 1024 * len(self.recipe.stages),  # the end's summary: lines per stage
         )
-        write_lock(self.run.path, git=provenance.get("git") or {}, context=self.planner.context,
-                   subjects=self.subjects)
+        try:
+            write_lock(self.run.path, git=provenance.get("git") or {}, context=self.planner.context,
+                       subjects=self.subjects)
+        except StoreError as exc:  # the run goes on: `diff` and `export` say what is missing
+            self.warnings.append(f"{exc.message}; `habitrun diff` and `habitrun export` will lack it")
         self.events.attach(self.run)
         self.write_found_subjects()
         return resumed
