@@ -59,6 +59,10 @@ class StoreWriteError(StoreError):
         return StoreWriteError(f"{self.message} {command}", folder=self.folder)
 
 
+class PublishError(HabitrunError):
+    """A stage's published folder could not be written; the stored results are untouched (a warning)."""
+
+
 class LostRecordsError(StoreError):
     """Records a run committed are gone from the store and its journal cannot restore them (exit 2).
 

@@ -57,6 +57,9 @@ def test_the_readme_demo_runs_from_a_fresh_copy(tmp_path: Path):
     assert len(features) == 24 and {"volume_mm3", "sphericity", "entropy", "lesion_count"} <= set(features[0])
     lesions = rows(table / "lesions.csv")
     assert len(lesions) > 24 and {r["lesion"] for r in lesions} == {"1", "2"}  # satellites: per lesion
+    published = demo / "results/table"  # publish: true: the table under a stable name in the study
+    assert (published / "features.csv").read_bytes() == (table / "features.csv").read_bytes()
+    assert sorted(json.loads((published / "index.json").read_text())["files"]) == ["features.csv", "lesions.csv"]
     (trained,) = (demo / ".habitrun/work/train/_stage").iterdir()
     metrics = json.loads((trained / "metrics.json").read_text())
     assert metrics["n_subjects"] == 24 and metrics["world_size"] == 2 and metrics["accuracy"] >= 0.75

@@ -74,7 +74,7 @@ class LazyCommands(typer.core.TyperGroup):
         order = {name: i for i, name in enumerate(COMMANDS)}
         self.commands = dict(sorted(self.commands.items(), key=lambda kv: order.get(kv[0], len(order))))
 
-    def get_params(self, ctx: typer.Context) -> list[typer.core.click.Parameter]:  # type: ignore[name-defined]
+    def get_params(self, ctx: typer.Context) -> list[typer.core.click.Parameter]:  # type: ignore[name-defined,override]
         return plain_params(super().get_params(ctx))
 
     def get_command(self, ctx: typer.Context, cmd_name: str) -> typer.core.TyperCommand | None:  # type: ignore[override]
@@ -90,7 +90,7 @@ class LazyCommands(typer.core.TyperGroup):
                 from habitrun.cli.listing import print_listing
 
                 commands = (self.get_command(ctx, name) for name in self.list_commands(ctx))
-                print_listing(self, ctx, (c for c in commands if c is not None and not c.hidden))  # type: ignore[misc]
+                print_listing(self, ctx, (c for c in commands if c is not None and not c.hidden))
             else:
                 super().format_help(ctx, formatter)  # type: ignore[arg-type]
         finally:
@@ -108,10 +108,10 @@ class Command(typer.core.TyperCommand):
     argument as ``{recipe}``; people expect ``--json`` and ``RECIPE`` (git, pip, docker).
     """
 
-    def get_params(self, ctx: typer.Context) -> list[typer.core.click.Parameter]:  # type: ignore[name-defined]
+    def get_params(self, ctx: typer.Context) -> list[typer.core.click.Parameter]:  # type: ignore[name-defined,override]
         return plain_params(super().get_params(ctx))
 
-    def collect_usage_pieces(self, ctx: typer.Context) -> list[str]:
+    def collect_usage_pieces(self, ctx: typer.Context) -> list[str]:  # type: ignore[override]
         pieces = [self.options_metavar] if self.options_metavar else []
         for param in self.get_params(ctx):
             if isinstance(param, typer.core.TyperArgument):

@@ -15,7 +15,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import MISSING, Field, dataclass, fields
 from operator import attrgetter
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+if TYPE_CHECKING:
+    from typing_extensions import dataclass_transform
+else:  # only type checkers read it; 3.10's typing has none
+    def dataclass_transform(**_: Any) -> Any:
+        return lambda decorated: decorated
 
 
 class _Unset:
@@ -49,14 +55,16 @@ def _layout(event_fields: tuple[Field, ...]) -> tuple[Callable[[Any], tuple], tu
     return attrgetter("EVENT", *names), ("event", *names), any(f.default is UNSET for f in event_fields)
 
 
+@dataclass_transform(kw_only_default=True)
 def _event(kind: str) -> Callable[[type[E]], type[E]]:
-    """Register a kw-only, slotted event dataclass under ``kind``."""
+    """Register a kw-only, slotted event dataclass under ``kind`` (``dataclass_transform``: type
+    checkers see the dataclass it makes)."""
 
     def register(cls: type[E]) -> type[E]:
         cls = dataclass(slots=True, kw_only=True)(cls)
         cls.EVENT = kind
         EVENT_TYPES[kind] = cls
-        _LAYOUT[cls] = _layout(fields(cls))
+        _LAYOUT[cls] = _layout(fields(cls))  # type: ignore[arg-type]  # a dataclass since the line above
         return cls
 
     return register
@@ -115,6 +123,17 @@ class StageFinished(Event):
     failed: int
     skipped: int
     not_run: int = 0
+
+
+@_event("stage_published")
+class StagePublished(Event):
+    """A stage's current result files were published into the study (engine/publish.py)."""
+
+    stage: str
+    folder: str
+    files: int
+    written: int
+    removed: int
 
 
 @dataclass(slots=True, kw_only=True)
@@ -227,7 +246,7 @@ class ConsoleLine(Event):
 def event_dict(event: Event) -> dict[str, Any]:
     """The JSON object an event is written as: ``event`` first, then its set fields in order."""
     if event.__class__ is SubjectDone:
-        return subject_done_dict(event)  # type: ignore[arg-type]
+        return subject_done_dict(event)
     return fields_dict(event)
 
 
@@ -263,7 +282,7 @@ def parse_event(data: dict[str, Any]) -> Event | None:
     if cls is None:
         return None
     values: dict[str, Any] = {}
-    for f in fields(cls):
+    for f in fields(cls):  # type: ignore[arg-type]  # every registered event class is a dataclass
         if f.name in data:
             values[f.name] = data[f.name]
         elif f.default is MISSING:

@@ -9,20 +9,29 @@ reads it is recomputed in its own stage first (once), then read again.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from habitrun.engine.events import RunWarning, StageFinished, StageStarted, SubjectSkipped
+from habitrun.engine.events import (
+    RunWarning,
+    StageFinished,
+    StagePublished,
+    StageStarted,
+    SubjectSkipped,
+)
 from habitrun.engine.ledger import StageLedger
 from habitrun.engine.map_stage import run_on_backend
+from habitrun.engine.publish import publish_stage
 from habitrun.engine.run_summary import FailureLine, StageCounts
 from habitrun.engine.train_stage import run_train
-from habitrun.errors import StoreError
+from habitrun.errors import PublishError, StoreError
 from habitrun.planner.decision import Reason
 from habitrun.planner.plan import GROUP_SUBJECT, StagePlan, SubjectStatus
 from habitrun.spec.recipe import StageSpec
 from habitrun.spec.subjects import subject_ids
 from habitrun.store.checkpoint import UnreadableResults
 from habitrun.store.cohort import PARTIAL_COHORT, missing_from, refusal_text
+from habitrun.store.runs import WORK
 
 if TYPE_CHECKING:
     from habitrun.engine.runner import StudyRunner
@@ -53,6 +62,38 @@ def run_stage(runner: StudyRunner, stage: StageSpec) -> None:
     if stage.kind != "map" and plan.status.get(GROUP_SUBJECT) == SubjectStatus.DONE:
         key = plan.keys[GROUP_SUBJECT]
         runner.group_results[stage.name] = read_results(runner, stage.name, [key]).get(key)
+    if stage.publish is not None and runner.recorder.error is None:
+        _publish(runner, stage, plan)
+
+
+def _publish(runner: StudyRunner, stage: StageSpec, plan: StagePlan) -> None:
+    """The stage's current result files into the study (engine/publish.py); a failure is a warning.
+
+    A stopped stage removes nothing: what it did not get to stays as published before."""
+    assert stage.publish is not None
+    runner.recorder.flush()  # the results just booked are read back from the store
+    try:
+        report = publish_stage(stage.publish, stage=stage.name, plan=plan,
+                               read=lambda keys: read_results(runner, stage.name, keys),
+                               safe_names=dict(zip(runner.subjects.ids, runner.subjects.safe_names, strict=True)),
+                               study_root=runner.loaded.root, work_root=runner.run_root / WORK,
+                               run_id=runner.run.run_id,
+                               prune=not runner.stop.is_set())
+    except PublishError as exc:
+        runner.warnings.append(exc.message)
+        runner.events.emit(RunWarning(message=exc.message))
+        return
+    runner.events.emit(StagePublished(stage=stage.name, folder=_shown(report.folder, runner.loaded.root),
+                                      files=report.files, written=len(report.written),
+                                      removed=len(report.removed)))
+
+
+def _shown(folder: Path, root: Path) -> str:
+    """The published folder as the user would name it: relative to the study when inside it."""
+    try:
+        return str(folder.relative_to(root)) + "/"
+    except ValueError:
+        return str(folder) + "/"
 
 
 def refusal(runner: StudyRunner, stage: StageSpec, plan: StagePlan) -> str | None:

@@ -205,9 +205,10 @@ def _stage_inputs(loaded: LoadedRecipe, index: int, columns: Mapping[str, bool],
     if verify_only:
         code = CodeInfo("verify-only")
     else:
-        code = memo.get(("code", *what, stage.code_version))
+        code_key = ("code", *what, stage.code_version)
+        code = memo.get(code_key)
         if code is None:
-            code = memo[("code", *what, stage.code_version)] = stage_code(stage, search_path, root)
+            code = memo[code_key] = stage_code(stage, search_path, root)
     in_key = policy.rerun_on_package_change
     pieces = [code.fingerprint]
     if inputs:
@@ -221,7 +222,8 @@ def _stage_inputs(loaded: LoadedRecipe, index: int, columns: Mapping[str, bool],
             and not (in_key and code.packages):
         legacy = memo.get(("legacy", *what))
         if legacy is None:
-            legacy = memo[("legacy", *what)] = legacy_fingerprint(stage, search_path, root)
+            legacy_key = ("legacy", *what)
+            legacy = memo[legacy_key] = legacy_fingerprint(stage, search_path, root)
     return StageInputs(
         stage=stage, code=code, fingerprint="\x00".join(pieces), inputs=inputs, mode=mode,
         packages_in_key=in_key, file_cols=cols, variant=variant, legacy_fingerprint=legacy,

@@ -231,7 +231,7 @@ def mark_upstream_changed(plan: StagePlan, needs: Mapping[str, StagePlan], store
 def _changed_since(plan: StagePlan, up: StagePlan, changed: Mapping[str, tuple[str, float]]) -> dict[str, float]:
     """This stage's subject -> when the upstream result it takes last changed."""
     if up.is_group:
-        entry = changed.get(up.keys.get(GROUP_SUBJECT))
+        entry = changed.get(up.keys.get(GROUP_SUBJECT, ""))
         return dict.fromkeys(plan.status, entry[1]) if entry is not None else {}
     if plan.is_group:
         members = set(plan.members)

@@ -289,11 +289,11 @@ def _join(loaded: LoadedRecipe, manifest: str, rows: list[tuple[str, dict[str, A
         raise RecipeError([f"{where}: manifest column(s) {', '.join(map(repr, clash))} are also found on disk: rename them"])
     by_id: dict[str, dict[str, Any]] = {}
     problems = []
-    for ref, record in table.pairs():
-        key = str(record.get(join, "")).strip()
+    for ref, pair in table.pairs():
+        key = str(pair.get(join, "")).strip()
         if key in by_id:
             problems.append(f"{table.source}:{table.line(ref)}:1: {join}: duplicate id {key!r}")
-        by_id[key] = record
+        by_id[key] = pair
     if problems:
         raise RecipeError(problems[:MAX_LISTED])
     extra = [c for c in columns if c != join]

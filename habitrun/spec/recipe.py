@@ -41,12 +41,13 @@ def _optional_policy_fields() -> dict[str, Any]:
     for name, info in RunPolicy.model_fields.items():
         annotation: Any = info.annotation
         if info.metadata:
-            annotation = Annotated[(annotation, *info.metadata)]
+            parts = (annotation, *info.metadata)
+            annotation = Annotated[parts]
         fields[name] = (annotation, Field(default=None, description=info.description))
     return fields
 
 
-PolicyOverride = create_model(  # type: ignore[call-overload]
+PolicyOverride = create_model(
     "PolicyOverride",
     __config__=ConfigDict(frozen=True, extra="forbid"),
     __doc__="A stage's partial RunPolicy: the fields it sets replace the recipe's.",
@@ -209,6 +210,43 @@ class LaunchSpec(BaseModel):
         return self
 
 
+PUBLISH_DEFAULT_DIR = "results/{stage}"
+PublishMode = Literal["copy", "link"]
+
+
+class PublishSpec(BaseModel):
+    """Where a stage's current result files are copied (or hard-linked) in the study, under stable names.
+
+    ``publish: true`` is ``{to: results/{stage}}``; ``publish: some/folder`` sets ``to``.
+    Publishing never enters a key: changing it reruns nothing.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    to: str = Field(default=PUBLISH_DEFAULT_DIR, min_length=1, description="Folder relative to the recipe's folder (or absolute); '{stage}' is the stage's name.")
+    mode: PublishMode = Field(default="copy", description="copy: files of their own (safe to edit); link: hard links to the stored files (no extra space; never edit them in place), copied where a link cannot be made.")
+
+    @field_validator("to")
+    @classmethod
+    def _only_the_stage_placeholder(cls, value: str) -> str:
+        try:
+            value.format(stage="x")
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ValueError(f"'to' may hold only the placeholder {{stage}} ({exc!s} in {value!r})") from None
+        return value
+
+
+def _publish_shorthand(value: Any) -> Any:
+    """``true`` → the default folder; ``false``/null → not published; a string → that folder."""
+    if value is True:
+        return PublishSpec()
+    if value is False:
+        return None
+    if isinstance(value, str):
+        return {"to": value}
+    return value
+
+
 class StageSpec(BaseModel):
     """One stage: a map over subjects, a collect of all results, or a train rank group."""
 
@@ -226,6 +264,11 @@ class StageSpec(BaseModel):
     inputs: tuple[str, ...] = Field(default=(), description="Files the stage reads that are not in the manifest (an atlas, a checkpoint): paths or globs relative to the recipe; their content enters every key of the stage.")
     fields: Optional[tuple[str, ...]] = Field(default=None, description="The manifest columns this stage uses: only these enter its keys (null: every column).")  # noqa: UP045
     code_version: Optional[str] = Field(default=None, min_length=1, description="Replaces the automatic code fingerprint: only this text counts for the code (bump it to rerun).")  # noqa: UP045
+    publish: Optional[PublishSpec] = Field(default=None, description="Copy the stage's current result files into the study after it runs: true (to results/<stage>/), a folder, or {to, mode}.")  # noqa: UP045
+
+    _publish_forms = field_validator(  # the schema admits the shorthands too
+        "publish", mode="before", json_schema_input_type=Union[bool, str, PublishSpec, None],  # noqa: UP007
+    )(_publish_shorthand)
 
     @field_validator("code_version", mode="before")
     @classmethod

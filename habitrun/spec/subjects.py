@@ -355,7 +355,7 @@ def _checked_ids(table: ManifestRows, id_col: str, values: list[Any],
     return ids, index, problems + _filter_problems(loaded, seen)
 
 
-def _filter_problems(loaded: LoadedRecipe, known: dict[str, int]) -> list[str]:
+def _filter_problems(loaded: LoadedRecipe, known: Mapping[str, Any]) -> list[str]:
     """Ids in include/exclude that the manifest lacks: most likely a typo, so an error."""
     spec = loaded.recipe.subjects
     problems = []
@@ -371,7 +371,7 @@ def _filter_problems(loaded: LoadedRecipe, known: dict[str, int]) -> list[str]:
 _INT_TEXT = re.compile(r"-?[0-9]{1,4300}")
 
 
-def _missing_id_hint(name: str, subject_id: str, known: dict[str, int]) -> str:
+def _missing_id_hint(name: str, subject_id: str, known: Mapping[str, Any]) -> str:
     """A close manifest id; for a number, the manifest id it is as written (``2`` for '002')."""
     if _INT_TEXT.fullmatch(subject_id):
         same = next((k for k in known if k != subject_id and _INT_TEXT.fullmatch(k) and int(k) == int(subject_id)), None)
@@ -387,6 +387,8 @@ def row_locations(loaded: LoadedRecipe, ids: set[str]) -> dict[str, str]:
     Reads the manifest again: this is the error path, and rows do not carry their lines.
     """
     spec = loaded.recipe.subjects
+    if spec.manifest is None:
+        return {}
     path = Path(spec.manifest).expanduser()
     path = path if path.is_absolute() else loaded.root / path
     try:

@@ -114,6 +114,7 @@ class RunJournal:
         """Append a batch (before the recorder stores it); its sequence number."""
         rows, unkept, data = _split(records)
         self.seq += 1
+        payload: tuple[Any, ...]
         if data is not None and not unkept:
             # The rows were pickled once already: reuse those bytes inside the frame's tuple.
             payload = (OUTCOMES, self.seq, time.time(), _Raw(data), list(trace or ()), [])

@@ -92,7 +92,7 @@ def _check(content: JournalContent, times: dict[str, float]) -> RunCheck:
         for stage, sid, key in batch.unkept:
             latest[key] = (committed, batch.ts, None, (stage, sid, key))
     wanted: set[str] = set()
-    for key, (committed, ts, row, named) in latest.items():
+    for key, (committed, ts, kept, named) in latest.items():
         if key in content.forgotten:
             continue
         check.committed += committed
@@ -101,11 +101,11 @@ def _check(content: JournalContent, times: dict[str, float]) -> RunCheck:
             continue
         if committed:
             check.lost.append(named)
-            if row is not None:
-                check.restorable[key] = record_of(*row)
+            if kept is not None:
+                check.restorable[key] = record_of(*kept)
                 wanted.add(key)
-        elif row is not None:
-            check.pending[key] = record_of(*row)
+        elif kept is not None:
+            check.pending[key] = record_of(*kept)
             wanted.add(key)
     for rows in traced.values():
         check.trace.extend(r for r in rows if r[_TRACE_KEY] in wanted)

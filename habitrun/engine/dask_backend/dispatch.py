@@ -193,7 +193,7 @@ class StageDispatch:
 
     # -------------------------------------------------------------- receiving
     def _marker(self, msg: dict[str, Any]) -> None:
-        batch = self.inflight.get(msg.get("b"))
+        batch = self.inflight.get(msg.get("b", -1))
         if batch is None:
             if msg.get("m") == "E" and self.stopping_deadline is None:
                 self._stray_end(msg)

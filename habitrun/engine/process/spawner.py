@@ -110,12 +110,13 @@ class WorkerSpawner:
         """Start one worker; returns the process and the runner's end of its pipe."""
         parent_end, child_end = multiprocessing.Pipe(duplex=True)
         try:
+            assert beacon.fd is not None  # the runner's beacon: its memfd stays open for every start
             fds = (child_end.fileno(), beacon.fd)
             if self.start_method == "forkserver":
                 proc: WorkerProcess = self._start_forkserver(config, fds, module, search_path)
             elif self.start_method == "spawn":
                 config = replace(config, parent_pid=os.getpid())
-                proc = spawn_worker(config, fds, server_env(self.threads))  # type: ignore[arg-type]
+                proc = spawn_worker(config, fds, server_env(self.threads))
             else:
                 config = replace(config, parent_pid=os.getpid(), close_fds=(*close_fds, parent_end.fileno()))
                 assert self._fork is not None
