@@ -52,6 +52,8 @@ COMMANDS: dict[str, str] = {
     "trace": "Write one row per subject attempt: outcome, times, CPU, peak memory, I/O, worker, host, GPU.",
     "results": "Write a stage's current results: one row per subject, the result's keys as columns.",
     "report": "Write a run's report: one HTML file that opens offline, charts included.",
+    "diff": "Name what changed between two runs: recipe values, code files, packages, data files, habitrun, Python.",
+    "export": "Export a run as a Workflow Run RO-Crate: the recipe, one action per stage, files with digests.",
 }
 COMMAND_MODULES = tuple(COMMANDS)
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from habitrun.engine.backend_choice import BackendPool
 from habitrun.engine.control import StopFlag
+from habitrun.engine.environment_lock import stage_packages, write_lock
 from habitrun.engine.event_stream import EventStream, Observer
 from habitrun.engine.events import CheckpointCleared, RunFinished, RunStarted, RunWarning, Stopping
 from habitrun.engine.planning import StagePlanner
@@ -272,6 +273,7 @@ class StudyRunner:
             argv=self.argv,
             operator_modules=_operator_modules(self.recipe.stages),
             backend={"backend": self.recipe.policy.backend, "workers": self.recipe.policy.workers},
+            operator_packages=stage_packages(self.planner.context),
         )
         provenance.update({
             "recipe_name": self.recipe.name,
@@ -289,6 +291,11 @@ class StudyRunner:
             provenance=provenance,
             reserve=RESERVE_BYTES + 1024 * len(self.recipe.stages),  # the end's summary: lines per stage
         )
+        try:
+            write_lock(self.run.path, git=provenance.get("git") or {}, context=self.planner.context,
+                       subjects=self.subjects)
+        except StoreError as exc:  # the run goes on: `diff` and `export` say what is missing
+            self.warnings.append(f"{exc.message}; `habitrun diff` and `habitrun export` will lack it")
         self.events.attach(self.run)
         self.write_found_subjects()
         return resumed
