@@ -18,6 +18,7 @@ from habitrun.engine.events import (
     RunStarted,
     RunWarning,
     StageFinished,
+    StagePublished,
     StageStarted,
     Stopping,
     SubjectDone,
@@ -60,6 +61,7 @@ EVERY_KIND = [
     Stopping(signal="SIGINT", stage="a", kind="map", running=2, grace_sec=15.0, backend="process"),
     ConsoleLine(line="[t/0] hello\n"),
     LargeResult(stage="a", subject="S1", size_mb=20.0, limit_mb=10),
+    StagePublished(stage="a", folder="results/a/", files=3, written=1, removed=0),
     RetryRound(stage="a", subjects=2, attempt=2),  # as runs before issue 32 wrote it: no ids, no kinds
 ]
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from habitrun.cli.htmlreport.science import Science, from_results
+from habitrun.engine.stage_kinds import kind_of
 from habitrun.errors import HabitrunError
 from habitrun.planner.plan import GROUP_SUBJECT, SubjectStatus, plan_study
 from habitrun.spec.loader import LoadedRecipe
@@ -113,7 +114,7 @@ def current_results(loaded: LoadedRecipe, store: CheckpointStore) -> dict[str, A
     for name, stage_plan in plan.stages.items():
         done = {sid: key for sid, key in stage_plan.keys.items() if stage_plan.status.get(sid) is SubjectStatus.DONE}
         stored = store.results(list(done.values())) if done else {}
-        if stage_plan.is_group:
+        if kind_of(stage_plan).one_result:
             key = done.get(GROUP_SUBJECT)
             if key is not None and key in stored:
                 out[name] = stored[key]
@@ -126,7 +127,7 @@ def gather_science(loaded: LoadedRecipe, run: RunFolder, store: CheckpointStore 
     """The results (as the recipe selects them now), the run's params and overrides, its environment
     lock and what changed since the run before it. A part that cannot be read says why, never fails
     the report."""
-    stages = [(s.name, s.kind == "map") for s in loaded.recipe.ordered_stages()]
+    stages = [(s.name, not kind_of(s).one_result) for s in loaded.recipe.ordered_stages()]
     science = Science()
     if store is not None:
         try:
@@ -139,7 +140,9 @@ def gather_science(loaded: LoadedRecipe, run: RunFolder, store: CheckpointStore 
     info = run.read_provenance()
     science.overrides = [str(o) for o in info.get("overrides") or ()]
     science.environment = read_environment(run.path)
-    earlier = [r for r in list_runs(loaded.run_root()) if r.run_id < run.run_id]
+    runs = list_runs(loaded.run_root())  # oldest first (two runs may share a second: ids do not order them)
+    ids = [r.run_id for r in runs]
+    earlier = runs[:ids.index(run.run_id)] if run.run_id in ids else []
     if earlier:
         from habitrun.cli.diff import (
             words,  # a command module: imported only when a report needs it
