@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from habitrun.engine.control import StopFlag
+from habitrun.spec.failures import FailureKind
+
+__all__ = ["Backend", "FailureKind", "OperatorRef", "ReportFn", "RunningSubject", "SubjectOutcome", "SubjectTask"]
 
 
 @dataclass(frozen=True)
@@ -40,21 +43,6 @@ class SubjectTask:
     workdir: str
     log_path: str
     attempt: int = 1
-
-
-class FailureKind:
-    """Why a subject failed; stored in its record and shown by `status`."""
-
-    EXCEPTION = "exception"
-    TIMEOUT = "timeout"
-    SPAWN_TIMEOUT = "spawn_timeout"
-    OOM = "oom"
-    WORKER_DIED = "worker_died"
-    NO_REPORT = "no_report"
-    UNPICKLABLE = "unpicklable"
-    DISK_FULL = "disk_full"  # the subject met a full disk: the machine's fault, never recorded
-    SKIPPED = "skipped"  # upstream failed: not an error of its own
-    INTERRUPTED = "interrupted"
 
 
 @dataclass(slots=True, kw_only=True)

@@ -50,10 +50,11 @@ def _layout(event_fields: tuple[Field, ...]) -> tuple[Callable[[Any], tuple], tu
 
 
 def _event(kind: str) -> Callable[[type[E]], type[E]]:
-    """Register a kw-only, slotted event dataclass under ``kind``."""
+    """Register an event dataclass (kw-only and slotted, declared as such) under ``kind``."""
 
     def register(cls: type[E]) -> type[E]:
-        cls = dataclass(slots=True, kw_only=True)(cls)
+        if "__dataclass_fields__" not in vars(cls):
+            raise TypeError(f"event {cls.__name__} must be declared @dataclass(slots=True, kw_only=True)")
         cls.EVENT = kind
         EVENT_TYPES[kind] = cls
         _LAYOUT[cls] = _layout(fields(cls))
@@ -70,11 +71,13 @@ class Event:
 
 
 @_event("warning")
+@dataclass(slots=True, kw_only=True)
 class RunWarning(Event):
     message: str
 
 
 @_event("run_started")
+@dataclass(slots=True, kw_only=True)
 class RunStarted(Event):
     run_id: str
     recipe: str
@@ -85,6 +88,7 @@ class RunStarted(Event):
 
 
 @_event("run_finished")
+@dataclass(slots=True, kw_only=True)
 class RunFinished(Event):
     outcome: str
     exit_code: int
@@ -96,6 +100,7 @@ class RunFinished(Event):
 
 
 @_event("stage_started")
+@dataclass(slots=True, kw_only=True)
 class StageStarted(Event):
     stage: str
     kind: str  # the stage's: map, collect or train
@@ -107,6 +112,7 @@ class StageStarted(Event):
 
 
 @_event("stage_finished")
+@dataclass(slots=True, kw_only=True)
 class StageFinished(Event):
     stage: str
     total: int
@@ -138,11 +144,13 @@ class _Attempt(Event):
 
 
 @_event("subject_done")
+@dataclass(slots=True, kw_only=True)
 class SubjectDone(_Attempt):
     pass
 
 
 @_event("subject_failed")
+@dataclass(slots=True, kw_only=True)
 class SubjectFailed(_Attempt):
     kind: str | None
     error: str | None
@@ -162,6 +170,7 @@ def as_failed(done: SubjectDone, *, kind: str | None, error: str | None, log: st
 
 
 @_event("subject_skipped")
+@dataclass(slots=True, kw_only=True)
 class SubjectSkipped(Event):
     stage: str
     subject: str
@@ -172,6 +181,7 @@ RETRY_NAMED = 5  # subjects a retry round names (the console says "and N more")
 
 
 @_event("retry_round")
+@dataclass(slots=True, kw_only=True)
 class RetryRound(Event):
     stage: str
     subjects: int
@@ -181,6 +191,7 @@ class RetryRound(Event):
 
 
 @_event("checkpoint_cleared")
+@dataclass(slots=True, kw_only=True)
 class CheckpointCleared(Event):
     stage: str
     records: int
@@ -188,6 +199,7 @@ class CheckpointCleared(Event):
 
 
 @_event("large_result")
+@dataclass(slots=True, kw_only=True)
 class LargeResult(Event):
     """A stored result over ``limit_mb`` (engine/recorder.py): shown once per stage, for its first such subject."""
 
@@ -198,6 +210,7 @@ class LargeResult(Event):
 
 
 @_event("train_started")
+@dataclass(slots=True, kw_only=True)
 class TrainStarted(Event):
     stage: str
     nproc_per_node: int
@@ -205,6 +218,7 @@ class TrainStarted(Event):
 
 
 @_event("stopping")
+@dataclass(slots=True, kw_only=True)
 class Stopping(Event):
     """What a stop signal waits for (engine/stopnotice.py); ``now`` only on the second signal's."""
 
@@ -218,6 +232,7 @@ class Stopping(Event):
 
 
 @_event("console")
+@dataclass(slots=True, kw_only=True)
 class ConsoleLine(Event):
     """A line a train stage's rank printed (shown, never written to the events file)."""
 
