@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from habitrun.engine.control import StopFlag
+from habitrun.engine.usage import Usage
 from habitrun.spec.failures import FailureKind
 
 __all__ = ["Backend", "FailureKind", "OperatorRef", "ReportFn", "RunningSubject", "SubjectOutcome", "SubjectTask"]
@@ -57,7 +58,7 @@ class SubjectOutcome:
     traceback: str | None = None
     duration_sec: float = 0.0
     worker_pid: int | None = None
-    usage: tuple | None = None  # habitrun.engine.usage.Usage, measured where the subject ran; None if it died
+    usage: Usage | None = None  # measured where the subject ran; None if it died
 
 
 ReportFn = Callable[[list[SubjectOutcome]], None]

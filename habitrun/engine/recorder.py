@@ -52,7 +52,7 @@ from habitrun.engine.contract import FailureKind
 from habitrun.engine.events import Event, LargeResult, SubjectDone, as_failed
 from habitrun.store.checkpoint import CheckpointStore, Record, UnstorableResult
 from habitrun.store.journal import RunJournal
-from habitrun.store.trace import COL
+from habitrun.store.trace import TraceRow
 
 EmitFn = Callable[[list[Event]], None]
 _FLUSH = object()
@@ -87,7 +87,7 @@ class Recorder:
         """Why recording stopped (a write failed), or None."""
         return self._error
 
-    def submit(self, records: list[Record], events: list[Event], trace: list[tuple] | None = None) -> None:
+    def submit(self, records: list[Record], events: list[Event], trace: list[TraceRow] | None = None) -> None:
         """Journal outcomes, then queue them (and their trace rows, store/trace.py) to be stored, then
         reported; once a write failed, only journaled."""
         seq = 0
@@ -120,7 +120,7 @@ class Recorder:
         while True:
             records: list[Record] = []
             events: list[Event] = []
-            trace: list[tuple] = []
+            trace: list[TraceRow] = []
             waiters: list[threading.Event] = []
             stop = False
             item = self._queue.get()
@@ -168,7 +168,7 @@ class Recorder:
             except Exception:  # noqa: BLE001 - the error stays recorded for the runner either way
                 pass
 
-    def _write(self, records: list[Record], events: list[Event], trace: list[tuple], seq: int = 0) -> None:
+    def _write(self, records: list[Record], events: list[Event], trace: list[TraceRow], seq: int = 0) -> None:
         if records or trace:
             while True:
                 try:
@@ -215,11 +215,8 @@ def _as_unstorable_event(event: Event, bad: Record, message: str) -> Event:
     return event
 
 
-def _as_unstorable(row: tuple, bad: Record, message: str) -> tuple:
+def _as_unstorable(row: TraceRow, bad: Record, message: str) -> TraceRow:
     """The trace row of a success whose result could not be stored: a failure, as its record."""
-    if row[COL["key"]] != bad.key or row[COL["outcome"]] != "done" or row[COL["stage"]] != bad.stage:
+    if row.key != bad.key or row.outcome != "done" or row.stage != bad.stage:
         return row
-    fixed = list(row)
-    fixed[COL["outcome"]], fixed[COL["kind"]], fixed[COL["error"]] = "failed", FailureKind.UNPICKLABLE, message
-    fixed[COL["log"]] = bad.log_path
-    return tuple(fixed)
+    return row._replace(outcome="failed", kind=FailureKind.UNPICKLABLE, error=message, log=bad.log_path)

@@ -305,7 +305,7 @@ class StageRun:
             if not w.outstanding:
                 return
             w.replies += 1
-            outcome = P.read_done(msg, w.outstanding.popleft(), w.pid)
+            outcome = P.read_done(msg, w.outstanding.popleft())
             self.book.record(w, outcome)
             w.head_since = now
             if outcome.ok:
