@@ -16,7 +16,6 @@ from habitrun.engine.run_summary import FailureLine, StageCounts
 from habitrun.engine.tracing import done_event, failed_event, trace_row
 from habitrun.planner.plan import StagePlan, SubjectStatus
 from habitrun.store.checkpoint import Record
-from habitrun.store.trace import TraceRow
 
 
 class StageLedger:
@@ -41,7 +40,7 @@ class StageLedger:
         self.queued_at: float | None = None  # when the current round was handed to the backend
         self._records: list[Record] = []
         self._events: list[Event] = []
-        self._trace: list[TraceRow] = []
+        self._trace: list[tuple] = []  # TraceRow's fields, as plain tuples (engine/tracing.py)
 
     def record(self, task: SubjectTask, outcome: SubjectOutcome) -> Record:
         """The store record of an outcome."""

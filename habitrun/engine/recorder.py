@@ -87,8 +87,9 @@ class Recorder:
         """Why recording stopped (a write failed), or None."""
         return self._error
 
-    def submit(self, records: list[Record], events: list[Event], trace: list[TraceRow] | None = None) -> None:
-        """Journal outcomes, then queue them (and their trace rows, store/trace.py) to be stored, then
+    def submit(self, records: list[Record], events: list[Event], trace: list[tuple] | None = None) -> None:
+        """Journal outcomes, then queue them (and their trace rows: store/trace.py's TraceRow fields, as plain
+        tuples) to be stored, then
         reported; once a write failed, only journaled."""
         seq = 0
         if records and self.journal is not None:
@@ -120,7 +121,7 @@ class Recorder:
         while True:
             records: list[Record] = []
             events: list[Event] = []
-            trace: list[TraceRow] = []
+            trace: list[tuple] = []
             waiters: list[threading.Event] = []
             stop = False
             item = self._queue.get()
@@ -168,7 +169,7 @@ class Recorder:
             except Exception:  # noqa: BLE001 - the error stays recorded for the runner either way
                 pass
 
-    def _write(self, records: list[Record], events: list[Event], trace: list[TraceRow], seq: int = 0) -> None:
+    def _write(self, records: list[Record], events: list[Event], trace: list[tuple], seq: int = 0) -> None:
         if records or trace:
             while True:
                 try:
@@ -215,8 +216,9 @@ def _as_unstorable_event(event: Event, bad: Record, message: str) -> Event:
     return event
 
 
-def _as_unstorable(row: TraceRow, bad: Record, message: str) -> TraceRow:
+def _as_unstorable(row: tuple, bad: Record, message: str) -> tuple:
     """The trace row of a success whose result could not be stored: a failure, as its record."""
-    if row.key != bad.key or row.outcome != "done" or row.stage != bad.stage:
+    named = TraceRow._make(row)
+    if named.key != bad.key or named.outcome != "done" or named.stage != bad.stage:
         return row
-    return row._replace(outcome="failed", kind=FailureKind.UNPICKLABLE, error=message, log=bad.log_path)
+    return tuple(named._replace(outcome="failed", kind=FailureKind.UNPICKLABLE, error=message, log=bad.log_path))

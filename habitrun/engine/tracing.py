@@ -11,40 +11,46 @@ import socket
 
 from habitrun.engine.contract import SubjectOutcome
 from habitrun.engine.events import SubjectDone, SubjectFailed, as_failed
-from habitrun.store.trace import TraceRow
+from habitrun.store.trace import COL, TraceRow
 
 _HOST = socket.gethostname()
 
 
 def trace_row(run_id: str, stage: str, outcome: SubjectOutcome, word: str, queued_at: float | None,
-              now: float) -> TraceRow:
-    """The trace row of one attempt (``word``: done, failed or retried)."""
+              now: float) -> tuple:
+    """The trace row of one attempt (``word``: done, failed or retried): :class:`TraceRow`'s fields in its
+    order, as a plain tuple. It is journaled and inserted per subject, where a named tuple costs several
+    µs more (pickled by its class, bound by SQLite item by item); read it by name through ``COL``."""
     task = outcome.task
     usage = outcome.usage
     wall = round(outcome.duration_sec, 6)
     ok = outcome.ok
     if usage is None:
-        return TraceRow(run_id, stage, task.subject_id, task.attempt, word, None if ok else outcome.kind,
-                        None if ok else outcome.error, queued_at, now - wall, now, wall, None, None, None, None,
-                        None, outcome.worker_pid, _HOST, None, task.key, None if ok else task.log_path)
+        return (run_id, stage, task.subject_id, task.attempt, word, None if ok else outcome.kind,
+                None if ok else outcome.error, queued_at, now - wall, now, wall, None, None, None, None, None,
+                outcome.worker_pid, _HOST, None, task.key, None if ok else task.log_path)
     peak, child = usage.peak_rss_kb, usage.child_peak_rss_kb
-    # positional: this runs per subject, and a keyword call of a 21-field named tuple costs about
-    # 2 µs more (benchmarks/engine_cpu.py); the fields are TraceRow's, in its order
-    return TraceRow(run_id, stage, task.subject_id, task.attempt, word, None if ok else outcome.kind,
-                    None if ok else outcome.error, queued_at, usage.started_at, usage.ended_at, wall, usage.cpu_sec,
-                    None if peak is None else round(peak / 1024, 3), None if child is None else round(child / 1024, 3),
-                    usage.read_bytes, usage.write_bytes, outcome.worker_pid, usage.host, usage.gpu, task.key,
-                    None if ok else task.log_path)
+    return (run_id, stage, task.subject_id, task.attempt, word, None if ok else outcome.kind,
+            None if ok else outcome.error, queued_at, usage.started_at, usage.ended_at, wall, usage.cpu_sec,
+            None if peak is None else round(peak / 1024, 3), None if child is None else round(child / 1024, 3),
+            usage.read_bytes, usage.write_bytes, outcome.worker_pid, usage.host, usage.gpu, task.key,
+            None if ok else task.log_path)
 
 
-def done_event(stage: str, row: TraceRow) -> SubjectDone:
+_SUBJECT, _ATTEMPT, _WALL, _PID, _QUEUED, _STARTED, _ENDED, _CPU, _PEAK, _READ, _WRITE, _HOST_AT, _GPU = (
+    COL[name] for name in ("subject", "attempt", "wall_sec", "pid", "queued_at", "started_at", "ended_at", "cpu_sec",
+                           "peak_rss_mb", "read_bytes", "write_bytes", "host", "gpu"))
+_KIND, _ERROR, _LOG = COL["kind"], COL["error"], COL["log"]
+
+
+def done_event(stage: str, row: tuple) -> SubjectDone:
     """The ``subject_done`` event of a traced attempt (built straight from the row: this runs per subject)."""
-    return SubjectDone(stage=stage, subject=row.subject, attempt=row.attempt, duration_sec=row.wall_sec,
-                       pid=row.pid, queued_at=row.queued_at, started_at=row.started_at, ended_at=row.ended_at,
-                       cpu_sec=row.cpu_sec, peak_rss_mb=row.peak_rss_mb, read_bytes=row.read_bytes,
-                       write_bytes=row.write_bytes, host=row.host, gpu=row.gpu)
+    return SubjectDone(stage=stage, subject=row[_SUBJECT], attempt=row[_ATTEMPT], duration_sec=row[_WALL],
+                       pid=row[_PID], queued_at=row[_QUEUED], started_at=row[_STARTED], ended_at=row[_ENDED],
+                       cpu_sec=row[_CPU], peak_rss_mb=row[_PEAK], read_bytes=row[_READ], write_bytes=row[_WRITE],
+                       host=row[_HOST_AT], gpu=row[_GPU])
 
 
-def failed_event(stage: str, row: TraceRow, final: bool) -> SubjectFailed:
+def failed_event(stage: str, row: tuple, final: bool) -> SubjectFailed:
     """The ``subject_failed`` event of a traced attempt."""
-    return as_failed(done_event(stage, row), kind=row.kind, error=row.error, final=final, log=row.log)
+    return as_failed(done_event(stage, row), kind=row[_KIND], error=row[_ERROR], final=final, log=row[_LOG])

@@ -111,16 +111,14 @@ class RunJournal:
         self._write(MAGIC + _frame((HEADER, run_id, str(store_dir), time.time())))
 
     def outcomes(self, records: Sequence[Record], trace: Sequence[tuple] | None) -> int:
-        """Append a batch (before the recorder stores it); its sequence number. Trace rows are kept as
-        plain tuples (store/trace.py's column order): no class path in the file a later version reads."""
+        """Append a batch (before the recorder stores it); its sequence number."""
         rows, unkept, data = _split(records)
         self.seq += 1
-        traced = [tuple(row) for row in trace] if trace else []
         if data is not None and not unkept:
             # The rows were pickled once already: reuse those bytes inside the frame's tuple.
-            payload = (OUTCOMES, self.seq, time.time(), _Raw(data), traced, [])
+            payload = (OUTCOMES, self.seq, time.time(), _Raw(data), list(trace or ()), [])
         else:
-            payload = (OUTCOMES, self.seq, time.time(), rows, traced, unkept)
+            payload = (OUTCOMES, self.seq, time.time(), rows, list(trace or ()), unkept)
         self._write(_frame(payload))
         return self.seq
 

@@ -31,13 +31,12 @@ from habitrun.engine.events import (
 )
 from habitrun.engine.tracing import done_event, failed_event, trace_row
 from habitrun.engine.usage import Usage
-from habitrun.store.trace import TraceRow
 
 MEASURED = ["duration_sec", "pid", "queued_at", "started_at", "ended_at", "cpu_sec", "peak_rss_mb", "read_bytes",
             "write_bytes", "host", "gpu"]
 
 
-def _row(ok: bool = True) -> TraceRow:
+def _row(ok: bool = True) -> tuple:
     task = SubjectTask(key="k1", subject_id="S1", fields={}, inputs={}, workdir="/w", log_path="/l/S1.log", attempt=2)
     usage = Usage(started_at=10.0, ended_at=11.5, cpu_sec=1.25, peak_rss_kb=2048, child_peak_rss_kb=None,
                   read_bytes=100, write_bytes=200, host="node1", gpu="0")

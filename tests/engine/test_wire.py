@@ -62,3 +62,22 @@ def test_the_meter_measures_a_usage() -> None:
 
 def test_a_trace_row_is_the_tables_columns() -> None:
     assert TraceRow._fields == TRACE_COLUMNS
+
+
+def test_trace_rows_put_each_value_in_its_column() -> None:
+    """trace_row builds a plain tuple in TraceRow's order: each value lands in its named column."""
+    from habitrun.engine.tracing import trace_row
+
+    failed = SubjectOutcome(task=TASK, ok=False, error="E: x", kind=FailureKind.OOM, duration_sec=1.5,
+                            worker_pid=77, usage=USAGE)
+    row = trace_row("r1", "st", failed, "failed", 0.5, 9.0)
+    assert type(row) is tuple  # journaled and inserted as it is: see trace_row
+    assert TraceRow._make(row)._asdict() == {
+        "run_id": "r1", "stage": "st", "subject": "S1", "attempt": 3, "outcome": "failed", "kind": "oom",
+        "error": "E: x", "queued_at": 0.5, "started_at": 1.0, "ended_at": 2.0, "wall_sec": 1.5, "cpu_sec": 0.5,
+        "peak_rss_mb": round(300 / 1024, 3), "child_peak_rss_mb": round(4 / 1024, 3), "read_bytes": 5,
+        "write_bytes": 6, "pid": 77, "host": "h", "gpu": "0", "key": "k", "log": "/l"}
+    died = TraceRow._make(trace_row("r1", "st", SubjectOutcome(task=TASK, ok=True, result=1, duration_sec=2.0),
+                                    "done", None, 9.0))
+    assert (died.started_at, died.ended_at, died.wall_sec, died.cpu_sec, died.kind, died.log, died.key) == \
+        (7.0, 9.0, 2.0, None, None, None, "k")
