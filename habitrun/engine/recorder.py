@@ -41,6 +41,7 @@ every ``CHECKPOINT_EVERY_RECORDS``, at a moment when no flush is waiting.
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import time
@@ -55,6 +56,7 @@ from habitrun.store.journal import RunJournal
 from habitrun.store.trace import TraceRow
 
 EmitFn = Callable[[list[Event]], None]
+log = logging.getLogger(__name__)
 _FLUSH = object()
 _STOP = object()
 GROUP_COMMIT_SEC = 0.2  # at most this long between an outcome's arrival and its commit
@@ -185,6 +187,9 @@ class Recorder:
                     events = [_as_unstorable_event(event, bad, message) for event in events]
                     trace = [_as_unstorable(row, bad, message) for row in trace]
             self.stored += len(records)
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("commit: %d record(s), %d trace row(s), journal batch %d; %d stored by this run",
+                          len(records), len(trace), seq, self.stored)
             if seq and self.journal is not None:
                 self.journal.committed(seq, self.stored)
             for rec in records:

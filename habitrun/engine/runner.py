@@ -18,6 +18,7 @@ from typing import Any
 
 from habitrun.engine.backend_choice import BackendPool
 from habitrun.engine.control import StopFlag
+from habitrun.engine.debuglog import attach_run_folder, debug_run
 from habitrun.engine.event_stream import EventStream, Observer
 from habitrun.engine.events import CheckpointCleared, RunFinished, RunStarted, RunWarning, Stopping
 from habitrun.engine.planning import StagePlanner
@@ -100,7 +101,7 @@ def run_study(
     store_dir = loaded.store_dir()
     ensure_folder(loaded.run_root())
     ensure_folder(store_dir.parent)
-    with StoreLock(lock_path_for(store_dir)):
+    with debug_run(), StoreLock(lock_path_for(store_dir)):
         empty = empty_store_file(store_dir)
         store = CheckpointStore.open(store_dir)
         store.set_roots(loaded.run_root(), loaded.root)
@@ -285,6 +286,7 @@ class StudyRunner:
             reserve=RESERVE_BYTES + 1024 * len(self.recipe.stages),  # the end's summary: lines per stage
         )
         self.events.attach(self.run)
+        attach_run_folder(self.run.path)
         self.write_found_subjects()
         return resumed
 

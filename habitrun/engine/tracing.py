@@ -11,14 +11,14 @@ import socket
 
 from habitrun.engine.contract import SubjectOutcome
 from habitrun.engine.events import SubjectDone, SubjectFailed, as_failed
-from habitrun.store.trace import COL, TraceRow
+from habitrun.store.trace import COL
 
 _HOST = socket.gethostname()
 
 
 def trace_row(run_id: str, stage: str, outcome: SubjectOutcome, word: str, queued_at: float | None,
               now: float) -> tuple:
-    """The trace row of one attempt (``word``: done, failed or retried): :class:`TraceRow`'s fields in its
+    """The trace row of one attempt (``word``: done, failed or retried): ``store.trace.TraceRow``'s fields in its
     order, as a plain tuple. It is journaled and inserted per subject, where a named tuple costs several
     µs more (pickled by its class, bound by SQLite item by item); read it by name through ``COL``."""
     task = outcome.task

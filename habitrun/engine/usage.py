@@ -30,7 +30,6 @@ import time
 from typing import Any, NamedTuple
 
 
-
 class Usage(NamedTuple):
     """What one subject cost (on the wire a plain tuple of these fields: engine/wire.py)."""
 

@@ -8,7 +8,13 @@ import pickle
 from habitrun.engine.contract import FailureKind, SubjectOutcome, SubjectTask
 from habitrun.engine.process import protocol as P
 from habitrun.engine.usage import Usage, meter
-from habitrun.engine.wire import failure_wire, outcome_from_wire, outcome_wire, task_from_wire, task_wire
+from habitrun.engine.wire import (
+    failure_wire,
+    outcome_from_wire,
+    outcome_wire,
+    task_from_wire,
+    task_wire,
+)
 from habitrun.store.trace import TRACE_COLUMNS, TraceRow
 
 TASK = SubjectTask(key="k", subject_id="S1", fields={"a": 1}, inputs={"up": [2]}, workdir="/w", log_path="/l",

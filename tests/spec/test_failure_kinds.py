@@ -36,7 +36,7 @@ def test_retries_follow_the_groups() -> None:
 
 def test_a_kind_is_its_text_in_json_sqlite_pickle_and_format() -> None:
     kind = FailureKind.SPAWN_TIMEOUT
-    assert kind == "spawn_timeout" and f"{kind}" == str(kind) == "%s" % kind == "spawn_timeout"
+    assert kind == "spawn_timeout" and f"{kind}" == str(kind) == "{}".format(kind) == "spawn_timeout"  # noqa: UP032
     assert json.dumps({"kind": kind}) == '{"kind": "spawn_timeout"}'
     back = pickle.loads(pickle.dumps(kind, protocol=pickle.HIGHEST_PROTOCOL))
     assert type(back) is str and back == kind

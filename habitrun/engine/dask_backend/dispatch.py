@@ -27,6 +27,7 @@ the subject it ran is resent, up to ``MAX_HOST_LOSSES`` times.
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import pickle
 import queue
@@ -45,9 +46,11 @@ from habitrun.engine.dask_backend.cluster import ClusterHandle, DaskClusterError
 from habitrun.engine.dask_backend.crashfile import remove_crash_files, take_crash
 from habitrun.engine.dask_backend.state import SharedState
 from habitrun.engine.dask_backend.worker import BatchContext, WireOutcome, run_batch, stop_token
-from habitrun.engine.wire import OutcomeWire, outcome_from_wire, wire_duration
 from habitrun.engine.invoke import write_log
+from habitrun.engine.wire import OutcomeWire, outcome_from_wire, wire_duration
 from habitrun.spec.policy import RunPolicy
+
+log = logging.getLogger(__name__)
 
 MAX_HOST_LOSSES = 2  # a subject is resent this often when its worker's whole job ends under it
 OOM_TOPIC = "worker-restart-memory"  # logged by a nanny just before it kills its worker for memory
@@ -189,6 +192,8 @@ class StageDispatch:
         future = self.client.submit(run_batch, self.op, tasks, ctx, pure=False,
                                     key=f"habitrun-{self.op.stage}-{self.token[:8]}-{batch_id}")
         batch = _Batch(batch_id, indices, suspect, future)
+        log.debug("stage %s: dispatch batch %d of %d subject(s)%s: %s", self.op.stage, batch_id, len(tasks),
+                  " (suspect: each announced)" if suspect else "", ", ".join(t.subject_id for t in tasks[:20]))
         self.inflight[batch_id] = batch
         future.add_done_callback(lambda _f, b=batch_id: self.q.put(("done", b)))
 

@@ -29,7 +29,13 @@ import struct
 from typing import Any
 
 from habitrun.engine.contract import OperatorRef, SubjectOutcome, SubjectTask
-from habitrun.engine.wire import failure_wire, outcome_from_wire, outcome_wire, task_from_wire, task_wire
+from habitrun.engine.wire import (
+    failure_wire,
+    outcome_from_wire,
+    outcome_wire,
+    task_from_wire,
+    task_wire,
+)
 
 BIND = "bind"
 RUN = "run"
