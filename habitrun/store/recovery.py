@@ -196,7 +196,7 @@ def examine(store: _Times | None, journals: list[JournalContent], store_dir: Pat
     recovery = Recovery(Path(store_dir))
     if not journals:
         return recovery
-    keys = sorted({row[1] for c in journals for b in c.batches for row in b.rows}
+    keys = sorted({row[_KEY] for c in journals for b in c.batches for row in b.rows}
                   | {u[2] for c in journals for b in c.batches for u in b.unkept})
     times = store.written_times(keys) if store is not None else {}
     recovery.runs = [_check(content, times) for content in journals]
