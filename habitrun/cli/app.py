@@ -213,8 +213,15 @@ def _root(
     install_completion: Optional[str] = typer.Option(  # noqa: UP045
         None, "--install-completion", metavar="SHELL", callback=_install_completion, is_eager=True,
         help="Install shell completion for SHELL in its start-up file and exit."),
+    verbose: bool = typer.Option(False, "--verbose", "-v",
+                                 help="Print the engine's decisions on stderr as it makes them (a run also keeps "
+                                      "them in its folder's debug.log; HABITRUN_DEBUG=1 keeps them there only)."),
 ) -> None:
     """Run a study's per-subject pipeline from a YAML recipe; resume it after any crash."""
+    if verbose:
+        from habitrun.cli.verbose import to_stderr
+
+        to_stderr()
 
 
 def load_commands() -> typer.Typer:

@@ -10,6 +10,7 @@ failure.
 from __future__ import annotations
 
 import errno
+import logging
 import time
 from dataclasses import replace
 from typing import ClassVar
@@ -26,6 +27,8 @@ from habitrun.planner.plan import StagePlan
 from habitrun.spec.gcpause import gc_paused
 from habitrun.spec.policy import RunPolicy
 from habitrun.spec.recipe import StageSpec
+
+log = logging.getLogger(__name__)
 
 
 class RetryRounds:
@@ -55,11 +58,16 @@ class RetryRounds:
             # Once a stop is asked for, a failure with attempts left is not run (a resume
             # runs it), never a recorded failure: its last chance was taken by the stop.
             elif outcome.task.attempt > self.rounds or self.fail_fast or not self.policy.retries(outcome.kind):
+                log.debug("stage %s: %s#%d failed (%s), final: retry rounds %d, fail_fast %s, auto_retry_on %s",
+                          ledger.stage, outcome.task.subject_id, outcome.task.attempt, outcome.kind, self.rounds,
+                          self.fail_fast, ",".join(self.policy.auto_retry_on))
                 ledger.failed(outcome, now)
                 if self.fail_fast and not self.stop.is_set():
                     self.stop.set(f"fail_fast: subject {outcome.task.subject_id} failed in stage "
                                   f"{ledger.stage!r}: {outcome.error}")
             else:
+                log.debug("stage %s: %s#%d failed (%s), retried as attempt %d", ledger.stage,
+                          outcome.task.subject_id, outcome.task.attempt, outcome.kind, outcome.task.attempt + 1)
                 ledger.retrying(outcome, now)
                 self.retry.append(replace(outcome.task, attempt=outcome.task.attempt + 1))
                 kind = str(outcome.kind)
@@ -122,6 +130,8 @@ def run_on_backend(ctx: RunContext, kind: StageKind, call: str, stage: StageSpec
     while pending and not stop.is_set():
         rounds.retry, rounds.kinds = [], {}
         ledger.queued_at = time.time()  # when this round's tasks were handed to the backend
+        log.debug("stage %s: %d task(s) to the %s backend (attempt %d)", stage.name, len(pending), backend.name,
+                  pending[0].attempt)
         backend.run_tasks(op, pending, rounds.report, stop)
         ledger.settle()
         if rounds.retry and not stop.is_set():

@@ -19,6 +19,7 @@ from typing import Any
 
 from habitrun.engine.backend_choice import BackendPool
 from habitrun.engine.control import StopFlag
+from habitrun.engine.debuglog import attach_run_folder, debug_run
 from habitrun.engine.environment_lock import stage_packages, write_lock
 from habitrun.engine.event_stream import EventStream, Observer
 from habitrun.engine.events import CheckpointCleared, RunFinished, RunStarted, RunWarning, Stopping
@@ -105,7 +106,7 @@ def run_study(
     store_dir = loaded.store_dir()
     ensure_folder(loaded.run_root())
     ensure_folder(store_dir.parent)
-    with StoreLock(lock_path_for(store_dir)):
+    with debug_run(), StoreLock(lock_path_for(store_dir)):
         empty = empty_store_file(store_dir)
         store = CheckpointStore.open(store_dir)
         store.set_roots(loaded.run_root(), loaded.root, declared_roots(loaded).data)
@@ -297,6 +298,7 @@ class StudyRunner:
         except StoreError as exc:  # the run goes on: `diff` and `export` say what is missing
             self.warnings.append(f"{exc.message}; `habitrun diff` and `habitrun export` will lack it")
         self.events.attach(self.run)
+        attach_run_folder(self.run.path)
         self.write_found_subjects()
         return resumed
 

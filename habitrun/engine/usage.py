@@ -27,11 +27,22 @@ import resource
 import socket
 import sys
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
-# A subject's usage as it travels from worker to runner (a plain tuple: cheap to pickle):
-# (started_at, ended_at, cpu_sec, peak_rss_kb, child_peak_rss_kb, read_bytes, write_bytes, host, gpu)
-Usage = tuple[float, float, "float | None", "int | None", "int | None", "int | None", "int | None", str, "str | None"]
+
+class Usage(NamedTuple):
+    """What one subject cost (on the wire a plain tuple of these fields: engine/wire.py)."""
+
+    started_at: float  # Unix seconds
+    ended_at: float
+    cpu_sec: float | None  # user + system, the subject's waited-for child processes included
+    peak_rss_kb: int | None  # the subject's own peak, plus its largest child's when known
+    child_peak_rss_kb: int | None
+    read_bytes: int | None  # through read()/write() calls, reaped children included
+    write_bytes: int | None
+    host: str
+    gpu: str | None  # CUDA_VISIBLE_DEVICES of the worker
+
 
 _SELF = resource.RUSAGE_SELF
 _CHILDREN = resource.RUSAGE_CHILDREN
@@ -125,8 +136,9 @@ class Meter:
                 read, write = int(b[1]) - int(a[1]), int(b[3]) - int(a[3])
             except (IndexError, ValueError):
                 pass
-        return (started, ended, round(cpu, 6) if cpu > 0 else 0.0, peak, child_peak, read, write, self.host,
-                self.gpu)
+        return Usage(started_at=started, ended_at=ended, cpu_sec=round(cpu, 6) if cpu > 0 else 0.0,
+                     peak_rss_kb=peak, child_peak_rss_kb=child_peak, read_bytes=read, write_bytes=write,
+                     host=self.host, gpu=self.gpu)
 
 
 _meter: Meter | None = None

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
+from habitrun.spec.failures import FailureKind
 from habitrun.spec.located import LocatedError
 
 Backend = Literal["serial", "process", "dask"]
@@ -33,11 +34,19 @@ fewer at once) may well succeed again. An exception or a timeout of the same
 code on the same input will almost always repeat, and a retried timeout costs
 the whole budget again (900 s by default, per round)."""
 
-# Failure kinds recorded by the backends, grouped under the names auto_retry_on takes.
-RETRY_GROUP = {
-    "worker_died": "worker_died", "oom": "oom",
-    "timeout": "timeout", "spawn_timeout": "timeout",
-    "exception": "exception", "no_report": "exception", "unpicklable": "exception",
+# Every failure kind, grouped under the name auto_retry_on takes for it; None: never retried
+# (a test fails when a kind has no entry, so a new kind is never retried by accident).
+RETRY_GROUP: dict[str, RetryKind | None] = {
+    FailureKind.WORKER_DIED: "worker_died",
+    FailureKind.OOM: "oom",
+    FailureKind.TIMEOUT: "timeout",
+    FailureKind.SPAWN_TIMEOUT: "timeout",
+    FailureKind.EXCEPTION: "exception",
+    FailureKind.NO_REPORT: "exception",
+    FailureKind.UNPICKLABLE: "exception",
+    FailureKind.DISK_FULL: None,  # the machine's fault: the run stops, nothing is recorded
+    FailureKind.SKIPPED: None,  # its upstream failed: running it again changes nothing
+    FailureKind.INTERRUPTED: None,  # stopped on purpose
 }
 
 MAX_WAIT_SEC = 2_073_600
@@ -200,8 +209,10 @@ class RunPolicy(BaseModel):
         return expand_retry_kinds(value)
 
     def retries(self, kind: str | None) -> bool:
-        """Do retry rounds rerun a subject that failed with this recorded kind?"""
-        return RETRY_GROUP.get(kind or "", "exception") in self.auto_retry_on
+        """Do retry rounds rerun a subject that failed with this recorded kind? (A failure without
+        a kind counts as an exception; a kind that is no FailureKind is a KeyError: a bug.)"""
+        group = RETRY_GROUP[kind] if kind is not None else "exception"
+        return group is not None and group in self.auto_retry_on
 
     @model_validator(mode="after")
     def _combinations_that_make_sense(self) -> RunPolicy:

@@ -33,12 +33,13 @@ import queue
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from habitrun.engine.contract import FailureKind, OperatorRef, SubjectOutcome, SubjectTask
 from habitrun.engine.dask_backend.crashfile import CrashFile
 from habitrun.engine.invoke import BoundOperator, bind_operator, execute, one_line
+from habitrun.engine.wire import OutcomeWire, outcome_wire
 
 # Tokens of run_tasks calls the client has asked to stop (set through Client.run).
 _STOPPED: set[str] = set()
@@ -46,9 +47,9 @@ _BATCH_LOCK = threading.Lock()  # one batch at a time even on a worker with nthr
 _RUNNER: _SubjectThread | None = None
 _RUNNER_LOCK = threading.Lock()
 
-# Wire form of one outcome: (index, ok, pickled result | None, error, kind, traceback, duration, pid, usage)
-WireOutcome = tuple[int, bool, "bytes | None", "str | None", "str | None", "str | None", float, "int | None",
-                    "tuple | None"]
+# One subject's outcome as a batch sends it: (its index in the batch, engine/wire.py's outcome tuple,
+# the result in it pickled here).
+WireOutcome = tuple[int, OutcomeWire]
 
 
 @dataclass(frozen=True)
@@ -112,15 +113,17 @@ def _runner() -> _SubjectThread:
 
 def _wire(index: int, outcome: SubjectOutcome) -> WireOutcome:
     """Pickle the result here, so an unpicklable one fails its subject instead of the batch."""
-    payload = None
-    ok, error, kind, tb = outcome.ok, outcome.error, outcome.kind, outcome.traceback
-    if ok:
+    if outcome.ok:
         try:
             payload = pickle.dumps(outcome.result, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as exc:  # noqa: BLE001 - any pickling failure means the same to the user
-            ok, kind = False, FailureKind.UNPICKLABLE
             error = f"result of type {type(outcome.result).__name__} cannot be pickled: {one_line(exc)}"
-    return (index, ok, payload, error, kind, tb, outcome.duration_sec, outcome.worker_pid, outcome.usage)
+            outcome = replace(outcome, ok=False, result=None, error=error, kind=FailureKind.UNPICKLABLE)
+        else:
+            outcome = replace(outcome, result=payload)
+    else:
+        outcome = replace(outcome, result=None)
+    return (index, outcome_wire(outcome))
 
 
 def _pause_worker(worker: Any) -> None:

@@ -25,6 +25,7 @@ not wait for.
 
 from __future__ import annotations
 
+import logging
 import math
 import select
 import time
@@ -41,6 +42,8 @@ from habitrun.engine.process.handle import WorkerHandle
 from habitrun.engine.process.pool import WorkerPool
 from habitrun.errors import OperatorBindError, WorkerStartError
 from habitrun.spec.operators import split_import_path
+
+log = logging.getLogger(__name__)
 
 SPAWN_RETRY_SEC = 1.0  # after a failed start (other workers alive), try another start no sooner
 
@@ -71,6 +74,7 @@ class StageRun:
         self.stop = stop
         self.scratch_dir = scratch_dir
         self.hard_done = False
+        self.debug = log.isEnabledFor(logging.DEBUG)  # checked once: the dispatch path pays nothing without it
         self.spawn_after = 0.0  # no start attempt before this (after a failed one)
         self.bind_data: bytes | None = None
 
@@ -228,6 +232,11 @@ class StageRun:
                 frames.append(data)
             if frames:
                 w.write(frames[0] if len(frames) == 1 else b"".join(frames))
+                if self.debug:
+                    sent = list(w.outstanding)[-len(frames):]
+                    log.debug("stage %s: dispatch %d run(s) to worker %s (%d queued there): %s", self.op.stage,
+                              len(frames), w.pid, len(w.outstanding),
+                              ", ".join(f"{t.subject_id}#{t.attempt}" for t in sent))
         if not queue:
             self.take_back(active)
 
@@ -305,7 +314,11 @@ class StageRun:
             if not w.outstanding:
                 return
             w.replies += 1
-            outcome = P.read_done(msg, w.outstanding.popleft(), w.pid)
+            outcome = P.read_done(msg, w.outstanding.popleft())
+            if self.debug:
+                log.debug("stage %s: worker %s: %s#%d %s%s", self.op.stage, w.pid, outcome.task.subject_id,
+                          outcome.task.attempt, "done" if outcome.ok else f"failed ({outcome.kind})",
+                          f" in {outcome.duration_sec:.6f} s")
             self.book.record(w, outcome)
             w.head_since = now
             if outcome.ok:
