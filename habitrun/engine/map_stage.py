@@ -20,7 +20,6 @@ from habitrun.engine.events import RETRY_NAMED, RetryRound, RunWarning
 from habitrun.engine.ledger import StageLedger
 from habitrun.engine.write_failure import WriteFailure
 from habitrun.planner.plan import StagePlan
-from habitrun.spec.gcpause import gc_paused
 from habitrun.spec.policy import RunPolicy
 from habitrun.spec.recipe import StageSpec
 
@@ -81,8 +80,7 @@ def run_on_backend(runner: StudyRunner, stage: StageSpec, plan: StagePlan, polic
     backend = runner.current_backend = runner.backends.for_policy(policy)
     runner.events.emit_many([RunWarning(message=note) for note in runner.backends.take_notes()])
     backend.scratch_dir = str(runner.run.path / "scratch")  # subject output never leaves the run folder
-    with gc_paused():  # tens of thousands of tasks, no cycles: the collector would only walk them
-        pending = runner.inputs.tasks(stage, plan, to_run)
+    pending = runner.inputs.tasks(stage, plan, to_run)
     rounds = RetryRounds(policy=policy, ledger=ledger, stop=runner.stop, write_failure=runner.write_failure,
                          run_path=str(runner.run.path))
     while pending and not runner.stop.is_set():
