@@ -288,17 +288,16 @@ def _run_cli(argv: list[str] | None) -> None:
         completion_init()  # typer's shell classes (add_completion=False does not register them)
     recipe = early_recipe(args)
     if recipe is not None:
-        from habitrun.spec.opcheck import start_early
+        # Started before the command is imported, so that their work overlaps with our imports
+        # (what each saves: docs/architecture.md, "Start-up").
+        if argv_command == "validate":
+            from habitrun.spec.opcheck import start_early
 
-        # Started before the command is imported: its imports overlap with ours.
-        start_early(recipe)
-        if argv_command in ("run", "resume"):
-            from habitrun.engine.process import early
-
-            early.start()  # the workers' fork server boots meanwhile too
+            start_early(recipe)  # the operator check's child imports the operators meanwhile
+        else:
             from habitrun.store.provenance import start_git_state
 
-            start_git_state(recipe.parent)  # and the run's provenance reads git
+            start_git_state(recipe.parent)  # the run's provenance reads git meanwhile
     try:
         app(args=argv, prog_name="habitrun")
     except HabitrunError as exc:
@@ -311,14 +310,10 @@ def _run_cli(argv: list[str] | None) -> None:
             # in the last milliseconds of shutdown has nothing left to stop (it would turn a
             # success into 130/143); in-process callers keep their own handlers
             entry.ignore_stop_signals()
-        if recipe is not None:
+        if recipe is not None and argv_command == "validate":
             from habitrun.spec.opcheck import discard_early
 
             discard_early()
-        if "habitrun.engine.process.early" in sys.modules:
-            from habitrun.engine.process import early
-
-            early.discard()
 
 
 if __name__ == "__main__":  # pragma: no cover
