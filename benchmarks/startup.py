@@ -11,11 +11,11 @@ a run with nothing to do does not wait for it. This prints, over --repeat runs
 * `habitrun validate` and a no-op `habitrun run` (everything stored), whole
   commands as a user types them;
 * for a run with work (one map stage stale), as `habitrun run` does it (the
-  child started once the recipe is loaded; only `validate` starts it before
-  its imports, see docs/architecture.md "Start-up"): time from the start of the
+  child started before the commands are imported, importing the modules the
+  recipe names while the parent imports its own): time from the start of the
   command to the point where it needs the check, and how long it then waited
   for it (0 when the child had finished by then); and, for comparison, the
-  same through ``run_study`` in this process.
+  same with the child started only once the recipe is loaded.
 
     /work/venv/bin/python benchmarks/startup.py [--repeat 5]
 """
@@ -78,7 +78,7 @@ main(sys.argv[1:])
 
 
 def cli_with_work(recipe: Path, i: int) -> tuple[float, float, float]:
-    """The same as with_work, through the real command line."""
+    """The same as with_work, through the real command line (early start included)."""
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", TIMED_CLI, "run", str(recipe), "--stage", STAGE,
                            f"stages.{STAGE}.params.noise={40 + i + 0.5}", "-q"],

@@ -288,16 +288,18 @@ def _run_cli(argv: list[str] | None) -> None:
         completion_init()  # typer's shell classes (add_completion=False does not register them)
     recipe = early_recipe(args)
     if recipe is not None:
-        # Started before the command is imported, so that their work overlaps with our imports
-        # (what each saves: docs/architecture.md, "Start-up").
-        if argv_command == "validate":
-            from habitrun.spec.opcheck import start_early
+        from habitrun.spec.opcheck import start_early
 
-            start_early(recipe)  # the operator check's child imports the operators meanwhile
-        else:
+        # Started before the command is imported: its imports overlap with ours (what these three
+        # save, measured: docs/architecture.md, "Start-up").
+        start_early(recipe)
+        if argv_command in ("run", "resume"):
+            from habitrun.engine.process import early
+
+            early.start()  # the workers' fork server boots meanwhile too
             from habitrun.store.provenance import start_git_state
 
-            start_git_state(recipe.parent)  # the run's provenance reads git meanwhile
+            start_git_state(recipe.parent)  # and the run's provenance reads git
     try:
         app(args=argv, prog_name="habitrun")
     except HabitrunError as exc:
@@ -310,10 +312,14 @@ def _run_cli(argv: list[str] | None) -> None:
             # in the last milliseconds of shutdown has nothing left to stop (it would turn a
             # success into 130/143); in-process callers keep their own handlers
             entry.ignore_stop_signals()
-        if recipe is not None and argv_command == "validate":
+        if recipe is not None:
             from habitrun.spec.opcheck import discard_early
 
             discard_early()
+        if "habitrun.engine.process.early" in sys.modules:
+            from habitrun.engine.process import early
+
+            early.discard()
 
 
 if __name__ == "__main__":  # pragma: no cover

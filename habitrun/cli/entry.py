@@ -12,7 +12,7 @@ It raises nothing into the code it interrupts (an exception raised inside an
 import or a pydantic validator is what became a traceback) and exits with
 ``os._exit``: what start-up writes (the store, its lock, an empty run root) is
 made to survive a SIGKILL at any instruction, and ending here is no worse. The
-operator check's child ends by its own lifeline (a pipe
+early fork server and the operator check end by their own lifelines (a pipe
 that closes with this process). The runner's handlers replace this one when the
 run starts and put it back when it ends (no gap between them); once a run
 folder exists the line names the command that continues it.

@@ -80,7 +80,7 @@ def _spawn(warm_recipe: Path | None) -> tuple[subprocess.Popen[bytes], Any]:
 
 
 def start_early(recipe: Path) -> None:
-    """Start the check's child now, before the command has loaded the recipe (``validate``).
+    """Start the check's child now, before the command has loaded the recipe (``run``/``resume``).
 
     Meanwhile the child imports, speculatively, the modules the recipe file names
     as operators (found by a plain text scan), so that by the time the real request

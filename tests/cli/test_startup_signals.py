@@ -6,8 +6,8 @@ study whose run lasts longer than the grid. Early delays land in the imports,
 the recipe's validation and the plan; late ones in the run, where the runner's
 own handlers let the running subjects finish. Each time: the exit status,
 exactly one line on stderr, the resume command once a run folder exists, and no
-process left behind (the operator check's child runs in a
-session of its own, which a group signal does not reach).
+process left behind (the early fork server and the operator check run in
+sessions of their own, which a group signal does not reach).
 
 Before habitrun's first instruction only the interpreter's own start runs (about
 20-50 ms here, ``site`` included; up to 0.25 s on a loaded machine), where no program has a say and the kernel's

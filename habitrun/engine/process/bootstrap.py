@@ -27,7 +27,7 @@ def executable() -> str:
     """The interpreter a new worker runs: multiprocessing's choice (``set_executable``), else ours.
 
     Only looked up if multiprocessing's spawn module is loaded: nobody can have set it otherwise,
-    and importing it would cost every worker start a few milliseconds.
+    and importing it would cost the CLI's early fork server start a few milliseconds.
     """
     spawn = sys.modules.get("multiprocessing.spawn")
     chosen = spawn.get_executable() if spawn is not None else None

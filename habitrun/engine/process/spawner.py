@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from multiprocessing.connection import Connection
 
-from habitrun.engine.process import bootstrap
+from habitrun.engine.process import bootstrap, early
 from habitrun.engine.process.beacon import Beacon
 from habitrun.engine.process.children import (
     ForkedChild,
@@ -149,6 +149,10 @@ class WorkerSpawner:
             del self._servers[key]
             server.stop()
             server = None
+        if server is None and not path:
+            server = early.adopt(preload, self.threads)  # booted by the CLI at its start, if it matches
+            if server is not None:
+                self._servers[key] = server
         if server is None:
             server = ForkServer(preload, path, server_env(self.threads))
             server.start()
