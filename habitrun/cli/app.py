@@ -20,20 +20,17 @@ import importlib
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 import typer
 import typer.core
 import typer.main
+from rich.console import Console
 
 from habitrun import __version__
 from habitrun.cli import consoleout, entry
 from habitrun.cli.text import esc
 from habitrun.errors import EXIT_INTERRUPTED, HabitrunError
-from habitrun.spec.pluginsoff import plugins_off
-
-if TYPE_CHECKING:
-    from rich.console import Console
 
 # Every command, in help order, with the one-line help `habitrun --help` shows
 # for it: listing the commands (and suggesting one for a typo) needs no import
@@ -133,8 +130,7 @@ def plain_params(params: list[Any]) -> list[Any]:
 
 def _import_command(name: str) -> typer.core.TyperCommand:
     """Import ``habitrun.cli.<name>`` (its ``@app.command`` registers) and build its click command."""
-    with plugins_off():  # the models its modules define are built as they import (see spec/pluginsoff)
-        importlib.import_module(f"habitrun.cli.{name}")
+    importlib.import_module(f"habitrun.cli.{name}")
     _end_startup_pause()
     info = next(c for c in app.registered_commands
                 if (c.name or typer.main.get_command_name(c.callback.__name__)) == name)  # type: ignore[union-attr]
@@ -154,21 +150,7 @@ app = typer.Typer(
 )
 
 
-
-class _ErrConsole:
-    """stderr's rich Console, made on first use: a command that prints no error needs no rich (16 ms)."""
-
-    _console: Console | None = None
-
-    def __getattr__(self, name: str) -> Any:
-        if self._console is None:
-            from rich.console import Console
-
-            type(self)._console = Console(stderr=True, highlight=False, soft_wrap=True)
-        return getattr(self._console, name)
-
-
-err_console: Console = _ErrConsole()  # type: ignore[assignment]
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 
@@ -317,7 +299,8 @@ def _run_cli(argv: list[str] | None) -> None:
     if recipe is not None:
         from habitrun.spec.opcheck import start_early
 
-        # Started before the command is imported: its imports overlap with ours.
+        # Started before the command is imported: its imports overlap with ours (what these three
+        # save, measured: docs/architecture.md, "Start-up").
         start_early(recipe)
         if argv_command in ("run", "resume"):
             from habitrun.engine.process import early

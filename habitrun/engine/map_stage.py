@@ -24,7 +24,6 @@ from habitrun.engine.stage_inputs import StageInputs
 from habitrun.engine.stage_kind import OneResultKind, StageKind
 from habitrun.engine.write_failure import WriteFailure
 from habitrun.planner.plan import StagePlan
-from habitrun.spec.gcpause import gc_paused
 from habitrun.spec.policy import RunPolicy
 from habitrun.spec.recipe import StageSpec
 
@@ -122,8 +121,7 @@ def run_on_backend(ctx: RunContext, kind: StageKind, call: str, stage: StageSpec
     backend = ctx.now.backend = ctx.backends.for_policy(policy)
     ctx.events.emit_many([RunWarning(message=note) for note in ctx.backends.take_notes()])
     backend.scratch_dir = str(ctx.run.path / "scratch")  # subject output never leaves the run folder
-    with gc_paused():  # tens of thousands of tasks, no cycles: the collector would only walk them
-        pending = kind.tasks(ctx.inputs, stage, plan, to_run)
+    pending = kind.tasks(ctx.inputs, stage, plan, to_run)
     stop = ctx.stop
     rounds = RetryRounds(policy=policy, ledger=ledger, stop=stop, write_failure=ctx.write_failure,
                          run_path=str(ctx.run.path))

@@ -45,7 +45,6 @@ from habitrun.planner.keys import (
     subject_parts,
 )
 from habitrun.planner.stageplan import GROUP_KINDS, GROUP_SUBJECT, UNAVAILABLE, Plan, StagePlan
-from habitrun.spec.gcpause import gc_paused
 from habitrun.spec.policy import RunPolicy
 from habitrun.spec.recipe import Recipe, StageSpec
 from habitrun.spec.subjects import subject_ids
@@ -363,22 +362,19 @@ def plan_study(
     """Plan every stage of the recipe, in dependency order.
 
     Reads the input files (a ``stat`` each; a read for those whose stat changed) and the
-    study's code; a missing or unreadable input file is a RecipeError (exit 2). The cycle
-    collector is paused meanwhile (a row's split cells are containers: a million subjects
-    trip it thousands of times for nothing; see :mod:`habitrun.spec.gcpause`).
+    study's code; a missing or unreadable input file is a RecipeError (exit 2).
     """
-    with gc_paused():
-        if context is None:
-            context = build_context(loaded, subjects, store)
-        prints = prints if prints is not None else {n: info.fingerprint for n, info in context.stages.items()}
-        recipe = loaded.recipe
-        if store is not None:
-            store.prefetch_outcomes(outcome_ranges(recipe, prints, context))
-        digests = subject_parts(subjects) if any(i.variant is None for i in context.stages.values()) else None
-        stages: dict[str, StagePlan] = {}
-        for stage in recipe.ordered_stages():
-            stages[stage.name] = plan_stage(
-                recipe, stage.name, subjects, stages, store, prints[stage.name],
-                digests=digests if digests is not None else {}, context=context,
-            )
+    if context is None:
+        context = build_context(loaded, subjects, store)
+    prints = prints if prints is not None else {n: info.fingerprint for n, info in context.stages.items()}
+    recipe = loaded.recipe
+    if store is not None:
+        store.prefetch_outcomes(outcome_ranges(recipe, prints, context))
+    digests = subject_parts(subjects) if any(i.variant is None for i in context.stages.values()) else None
+    stages: dict[str, StagePlan] = {}
+    for stage in recipe.ordered_stages():
+        stages[stage.name] = plan_stage(
+            recipe, stage.name, subjects, stages, store, prints[stage.name],
+            digests=digests if digests is not None else {}, context=context,
+        )
     return Plan(stages)

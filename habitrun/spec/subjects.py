@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, overload
 
 from habitrun.errors import RecipeError
-from habitrun.spec.gcpause import gc_paused
 from habitrun.spec.manifest import ManifestRows, id_text, read_manifest
 from habitrun.spec.safenames import all_plain, apart_without_case, safe_names
 
@@ -231,10 +230,9 @@ def load_subjects(loaded: LoadedRecipe) -> SubjectTable:
     id that is not in the manifest, or filters that leave no subject; for
     subjects found on disk, see :func:`habitrun.spec.discover.discover`.
     """
-    with gc_paused():
-        if loaded.recipe.subjects.found:
-            return _found_subjects(loaded)
-        return _load_subjects(loaded)
+    if loaded.recipe.subjects.found:
+        return _found_subjects(loaded)
+    return _load_subjects(loaded)
 
 
 def _found_subjects(loaded: LoadedRecipe) -> SubjectTable:

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import habitrun
-from habitrun.spec.pluginsoff import starts_no_python
 
 
 def _user() -> str | None:
@@ -174,7 +173,7 @@ def start_git_state(folder: Path) -> None:
 
     thread = threading.Thread(target=read, name="habitrun-git-state",
                               daemon=True)  # not waited for by an exit (a run with nothing to do never asks)
-    starts_no_python(thread).start()  # git and uname only: the CLI may still build its models without plugin lookup
+    thread.start()
     _early_git[folder] = (thread, state)
 
 
