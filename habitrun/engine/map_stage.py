@@ -14,6 +14,7 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from habitrun.engine.command.params import operator_params
 from habitrun.engine.contract import FailureKind, OperatorRef, SubjectOutcome, SubjectTask
 from habitrun.engine.control import StopFlag
 from habitrun.engine.events import RETRY_NAMED, RetryRound, RunWarning
@@ -76,7 +77,7 @@ class RetryRounds:
 def run_on_backend(runner: StudyRunner, stage: StageSpec, plan: StagePlan, policy: RunPolicy,
                    to_run: list[str], ledger: StageLedger) -> None:
     """Run a map or collect stage's subjects to their end (or the stop), round after round."""
-    op = OperatorRef(stage=stage.name, path=stage.operator or "", params=dict(stage.params),
+    op = OperatorRef(stage=stage.name, path=stage.operator or "", params=operator_params(stage, runner.loaded),
                      kind="collect" if stage.kind == "collect" else "map", search_path=runner.loaded.search_path)
     backend = runner.current_backend = runner.backends.for_policy(policy)
     runner.events.emit_many([RunWarning(message=note) for note in runner.backends.take_notes()])
