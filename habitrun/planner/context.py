@@ -22,7 +22,7 @@ from habitrun.planner.fingerprint import command_fingerprint, legacy_fingerprint
 from habitrun.planner.keys import canonical_json, subject_parts, variant_parts
 from habitrun.planner.subject_files import SubjectFiles, cell_paths, file_columns, scan_subjects
 from habitrun.planner.tools import ToolProblem, stage_tools
-from habitrun.spec.placeholders import BUILTINS, names
+from habitrun.spec.placeholders import BUILTINS, names, tool_word
 from habitrun.spec.policy import RunPolicy
 from habitrun.spec.recipe import StageSpec
 
@@ -220,7 +220,7 @@ def _stage_inputs(loaded: LoadedRecipe, index: int, columns: Mapping[str, bool],
         tool_memo = memo.get(("tools", verify_only))
         if tool_memo is None:
             tool_memo = memo[("tools", verify_only)] = {}
-        what_tool = (stage.command[0] if stage.command else "", stage.version, stage.container)
+        what_tool = (tool_word(stage), stage.version, stage.container)
         try:
             tools = tool_memo.get(what_tool)
             if tools is None:

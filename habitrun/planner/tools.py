@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from habitrun.planner.files import hash_file
+from habitrun.spec.placeholders import tool_word
 
 if TYPE_CHECKING:
     from habitrun.spec.recipe import ContainerSpec, StageSpec
@@ -135,8 +136,7 @@ def stage_tools(stage: StageSpec, root: Path, *, identify: bool = True) -> dict[
     """A command stage's tool components: ``{"dcm2niix": "v1.0.20220720"}``, or with a
     container ``{"image localhost/tools:1": "sha256:..."}``. Without ``identify`` (validate)
     only what is missing is found: nothing is run or hashed but an OCI image lookup."""
-    assert stage.command is not None
-    tool = stage.command[0]
+    tool = tool_word(stage)
     if stage.container is not None:
         if not identify:
             engine, _, image = choose_engine(stage.container, root)

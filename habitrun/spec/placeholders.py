@@ -13,6 +13,7 @@ line) and for the substitution in the worker, so both read a template alike.
 
 from __future__ import annotations
 
+import shlex
 import string
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -43,6 +44,18 @@ def names(template: str) -> list[str]:
     return [name for _, name in parse(template) if name is not None]
 
 
+def tool_word(stage: StageSpec) -> str:
+    """The tool a command stage runs: its first item, or with ``shell`` the first word of it."""
+    first = (stage.command or ("",))[0]
+    if not stage.shell:
+        return first
+    try:
+        words = shlex.split(first)
+    except ValueError:
+        words = first.split()
+    return words[0] if words else ""
+
+
 def _name_problem(name: str, stage: StageSpec) -> str | None:
     head, dot, rest = name.partition(".")
     if not dot:
@@ -68,8 +81,8 @@ def command_problems(stage: StageSpec) -> list[tuple[tuple[Any, ...], str]]:
         except ValueError as exc:
             problems.append((where, str(exc)))
             continue
-        if where == ("command", 0) and found:
-            problems.append((where, "the tool (the command's first item) cannot hold a placeholder: "
+        if where == ("command", 0) and "{" in tool_word(stage):
+            problems.append((where, "the tool (the command's first word) cannot hold a placeholder: "
                                     "habitrun finds it and puts its version in the key before running"))
         problems += [(where, p) for p in (_name_problem(n, stage) for n in found) if p]
     if stage.version is not None and stage.container is not None:
