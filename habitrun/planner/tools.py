@@ -91,7 +91,8 @@ def image_identity(container: ContainerSpec, root: Path) -> str:
         if done.returncode != 0 or not done.stdout.strip():
             said = (done.stderr.strip().splitlines() or ["no output"])[-1]
             raise ToolProblem(f"image {image!r} not found by {engine} ({said})")
-        return done.stdout.strip().splitlines()[0]
+        found = done.stdout.strip().splitlines()[0]
+        return found if ":" in found else "sha256:" + found  # podman prints the bare hex
     if os.path.isdir(image):
         return "blake2b:" + folder_digest(image)
     return "blake2b:" + hash_file(image)
