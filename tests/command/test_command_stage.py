@@ -13,7 +13,6 @@ from habitrun.errors import RecipeError
 from habitrun.planner.context import build_context
 from habitrun.spec.loader import load_recipe
 from habitrun.spec.subjects import load_subjects
-
 from tests.command.study import cli, output, results, script, trace, write_study
 
 FAKE_TOOL = """

@@ -78,7 +78,8 @@ def write_series(folder: Path, subject: str, name: str, volume: np.ndarray,
 def write_dicom_cohort(folder: Path = HERE, subjects: int = SUBJECTS) -> list[Path]:
     """dicom/<subject>/{ct,mask}/NNN.dcm for the first ``subjects`` of clinical.csv, and the
     manifest dicom.csv naming each subject's folder."""
-    from cohort import synthesize  # beside this file (run as a script, or with the recipe's folder on the path)
+    # cohort.py is beside this file: importable when run as a script, or with this folder on the path
+    from cohort import synthesize
 
     with open(folder / "clinical.csv", newline="") as handle:
         rows = [(row["subject"], int(row["label"])) for row in csv.DictReader(handle)][:subjects]
