@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-import shutil
+import sys
 from pathlib import Path
 
 import psutil
@@ -22,21 +22,25 @@ case "$1" in
   forget) echo "wrote nothing" ;;
   loud) head -c 100000000 /dev/zero | tr '\\0' 'x'; echo done > out.txt ;;
   hang) sleep 300 & echo $! > "$3"; wait ;;
+  hog) exec PYTHON -c "import time
+b = []
+while True:
+    b.append(b'x' * (20 << 20)); time.sleep(0.02)" ;;
 esac
 """
 
 
 def test_each_way_a_tool_fails_fails_that_subject_only_and_says_how(tmp_path: Path) -> None:
     bin_dir = tmp_path / "bin"
-    script(bin_dir, "faketool", FAKE_TOOL)
+    script(bin_dir, "faketool", FAKE_TOOL.replace("PYTHON", sys.executable))  # not a slow pyenv shim
     pidfile = tmp_path / "sleeper.pid"
-    rows = [{"subject_id": f"s-{m}", "mode": m} for m in ("ok", "exit3", "forget", "loud", "hang")]
+    rows = [{"subject_id": f"s-{m}", "mode": m} for m in ("ok", "exit3", "forget", "loud", "hang", "hog")]
     recipe = write_study(tmp_path / "study", [{
         "name": "convert",
         "command": ["faketool", "{mode}", "{subject}", "{params.pidfile}"],
         "params": {"pidfile": str(pidfile)},
         "outputs": {"text": "out.txt"},
-        "policy": {"subject_timeout_sec": 2},
+        "policy": {"subject_timeout_sec": 4, "worker_memory_limit_mb": 400},
     }], rows)
     done = cli("run", str(recipe), path_first=bin_dir)
     assert done.returncode == 1, done.stdout + done.stderr
@@ -49,6 +53,7 @@ def test_each_way_a_tool_fails_fails_that_subject_only_and_says_how(tmp_path: Pa
     assert "faketool exited with code 3; stderr ends: bad header in s-exit3 | giving up" in got["s-exit3"]["error"]
     assert "output 'text' (out.txt) matched nothing" in got["s-forget"]["error"]
     assert got["s-hang"]["kind"] == "timeout", got["s-hang"]
+    assert got["s-hog"]["kind"] == "oom", got["s-hog"]  # the tool's memory counts against the worker's limit
     # the hanging tool's own child was killed with it
     sleeper = int(pidfile.read_text())
     assert not psutil.pid_exists(sleeper) or psutil.Process(sleeper).status() == psutil.STATUS_ZOMBIE
@@ -152,7 +157,7 @@ open("out.txt", "w").write(str(len(block)))
 
 def test_the_tools_cpu_and_peak_memory_are_the_subjects_and_shell_quotes_values(tmp_path: Path) -> None:
     (tmp_path / "burn.py").write_text(BURNER)
-    python = shutil.which("python3") or "python3"
+    python = sys.executable
     recipe = write_study(tmp_path, [
         {"name": "burn", "command": [python, str(tmp_path / "burn.py")], "outputs": {"n": "out.txt"}},
         {"name": "quoted", "shell": True, "command": ["printf '%s|' {note} > note.txt"],

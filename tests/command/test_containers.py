@@ -43,12 +43,14 @@ def rootfs(folder: Path, marker: str) -> Path:
 
 
 def study_in_container(root: Path, container: dict, timeout_sec: float | None = None) -> Path:
-    """A study whose stage reads a data file (study folder, read-only) and the image's marker."""
+    """A study whose stage reads the image's marker and a data file, read-only: a's in the study
+    folder, b's in a folder outside it (given by its absolute path)."""
     (root / "data").mkdir(parents=True)
-    rows = []
-    for sid in ("a", "b"):
-        (root / "data" / f"{sid}.txt").write_text(f"data {sid}\n")
-        rows.append({"subject_id": sid, "src": f"data/{sid}.txt"})
+    (root / "data" / "a.txt").write_text("data a\n")
+    elsewhere = root.parent / f"{root.name}-elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "b.txt").write_text("data b\n")
+    rows = [{"subject_id": "a", "src": "data/a.txt"}, {"subject_id": "b", "src": str(elsewhere / "b.txt")}]
     stage = {"name": "inside", "shell": True, "container": container,
              "command": ['cat /etc/marker {src} > out.txt; if touch {src} 2>/dev/null; then echo rw >> out.txt; fi;'
                          ' if [ {subject} = b ] && [ -n "$HANG" ]; then sleep 301; fi'],

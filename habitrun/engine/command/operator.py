@@ -94,8 +94,22 @@ class CommandOperator:
         cell = subject.fields[name]
         if name not in self.file_columns or not isinstance(cell, str):
             return "" if cell is None else cell
-        paths = [os.path.join(self.root, p.strip()) for p in cell.split(";") if p.strip()]
+        paths = self.paths(cell)
         return paths[0] if len(paths) == 1 else paths
+
+    def paths(self, cell: str) -> list[str]:
+        """A file column's cell as absolute paths (relative ones are under the study folder)."""
+        return [os.path.join(self.root, p.strip()) for p in cell.split(";") if p.strip()]
+
+    def outside(self, subject: Subject) -> list[str]:
+        """The subject's input files outside the study and run folders: a container needs them bound."""
+        roots = tuple(os.path.join(r, "") for r in (self.root, self.run_root))
+        out = []
+        for col in sorted(self.file_columns):
+            cell = subject.fields.get(col)
+            if isinstance(cell, str):
+                out += [p for p in self.paths(cell) if not os.path.abspath(p).startswith(roots)]
+        return out
 
     def argv(self, subject: Subject) -> tuple[list[str], dict[str, str]]:
         """The subject's argv (wrapped for its container) and the env entries it adds."""
@@ -117,7 +131,8 @@ class CommandOperator:
         spec = self.container
         assert spec is not None
         passed = {k: os.environ[k] for k in THREAD_ENV_VARS if k in os.environ}
-        read_only = [self.root, self.run_root, *(os.path.join(self.root, b) for b in spec.binds)]
+        read_only = [self.root, self.run_root, *(os.path.join(self.root, b) for b in spec.binds),
+                     *self.outside(subject)]
         mounts = Mounts(read_only=tuple(read_only), workdir=str(subject.workdir), env={**passed, **env},
                         network=spec.network)
         wrapped = container_argv(engine, engine_path, image, argv, mounts, engine_options=spec.engine_options,
