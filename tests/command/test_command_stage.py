@@ -155,19 +155,38 @@ open("out.txt", "w").write(str(len(block)))
 """
 
 
+PY_OPERATOR = """
+import sys
+
+import habitrun
+
+
+def burn(subject, script):
+    habitrun.run_tool([sys.executable, script], cwd=subject.workdir)
+    habitrun.run_tool(["sh", "-c", "echo from-the-tool; echo failing >&2; exit 5"])
+"""
+
+
 def test_the_tools_cpu_and_peak_memory_are_the_subjects_and_shell_quotes_values(tmp_path: Path) -> None:
     (tmp_path / "burn.py").write_text(BURNER)
+    (tmp_path / "pyops.py").write_text(PY_OPERATOR)
     python = sys.executable
     recipe = write_study(tmp_path, [
         {"name": "burn", "command": [python, str(tmp_path / "burn.py")], "outputs": {"n": "out.txt"}},
+        {"name": "py", "operator": "pyops:burn", "params": {"script": str(tmp_path / "burn.py")}},
         {"name": "quoted", "shell": True, "command": ["printf '%s|' {note} > note.txt"],
          "outputs": {"note": "note.txt"}},
     ], [{"subject_id": "a", "note": "two words; rm -rf x"}])
     done = cli("run", str(recipe))
-    assert done.returncode == 0, done.stdout + done.stderr
-    row = trace(recipe, "burn")["a"]
-    assert row["cpu_sec"] >= 0.3, row
-    assert row["peak_rss_mb"] >= 80, row
+    assert done.returncode == 1, done.stdout + done.stderr  # the Python operator's second tool exits 5
+    for stage in ("burn", "py"):  # a command stage's tool, and one a Python operator ran with run_tool
+        row = trace(recipe, stage)["a"]
+        assert row["cpu_sec"] >= 0.3, row
+        assert row["peak_rss_mb"] >= 80, row
+    failed = results(recipe, "py")["a"]
+    assert failed["error"] == "habitrun.errors.ToolError: sh exited with code 5; stderr ends: failing", failed
+    [log] = recipe.parent.glob(".habitrun/runs/*/logs/py/a.log")
+    assert "from-the-tool" in log.read_text()
     note = results(recipe, "quoted")["a"]["note"]
     assert output(recipe, note).read_text() == "two words; rm -rf x|"
 
