@@ -29,11 +29,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
+from habitrun.engine.usage import note_tool_peak
 from habitrun.errors import ToolError
 
 TAIL_BYTES = 4096  # of the tool's stderr kept for its failure message
 TAIL_LINES = 3  # lines of it quoted in the failure line
 _CHUNK = 1 << 16
+_MAXRSS_KB = 1 / 1024 if sys.platform == "darwin" else 1  # ru_maxrss: kB on Linux, bytes on macOS
 
 
 @dataclass(frozen=True)
@@ -133,7 +135,7 @@ def run_tool(argv: Sequence[str], *, cwd: str | os.PathLike[str] | None = None,
     for copy in copies:
         copy.start()
     try:
-        code = proc.wait()
+        code = _wait(proc)
     except BaseException:  # Ctrl-C in the serial backend: the tool ends with the subject
         proc.kill()
         proc.wait()
@@ -150,6 +152,21 @@ def run_tool(argv: Sequence[str], *, cwd: str | os.PathLike[str] | None = None,
     if check and code != 0:
         raise ToolError(failure_line(result))
     return result
+
+
+def _wait(proc: subprocess.Popen[bytes]) -> int:
+    """Wait for the tool with ``wait4``, which gives its own peak memory for the subject's usage."""
+    while True:
+        try:
+            _, status, rusage = os.wait4(proc.pid, 0)
+            break
+        except InterruptedError:
+            continue
+        except ChildProcessError:  # reaped elsewhere: its exit code is Popen's to tell
+            return proc.wait()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    note_tool_peak(int(rusage.ru_maxrss * _MAXRSS_KB))
+    return proc.returncode
 
 
 def failure_line(result: ToolResult) -> str:
