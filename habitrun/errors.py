@@ -96,6 +96,14 @@ class OperatorBindError(HabitrunError):
                    "the run stopped, its subjects were not run and none was recorded as failed")
 
 
+class ToolError(HabitrunError):
+    """A command-line tool a subject ran failed: it exited non-zero or was killed, or left out an
+    output it declared. The subject's failure (its message names the exit code or signal and the
+    last lines of the tool's stderr), not the run's."""
+
+    exit_code = EXIT_FAILED_SUBJECTS
+
+
 class LaunchError(HabitrunError):
     """A rank group could not be started or failed past its restarts."""
 

@@ -56,7 +56,7 @@ def summary(loaded: LoadedRecipe, rows: Sequence[SubjectRow]) -> str:
     lines.append("stages")
     width = max(len(s.name) for s in recipe.stages)
     for stage in recipe.ordered_stages():
-        target = stage.operator or stage.entrypoint or " ".join(stage.command or ())
+        target = " ".join(stage.command or ()) if stage.runs_command or stage.command else stage.operator or stage.entrypoint
         extra = f"  needs {', '.join(stage.needs)}" if stage.needs else ""
         override = stage.policy_override()
         if override:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from habitrun.engine.command.params import operator_params
 from habitrun.engine.contract import OperatorRef, SubjectTask
 from habitrun.engine.invoke import BoundOperator, bind_operator
 from habitrun.engine.map_stage import MapStage
@@ -104,7 +105,9 @@ class SubjectDebugger:
 
     def bind(self, stage: StageSpec) -> BoundOperator:
         """The stage's operator, imported (and a class instantiated with its params) as a worker binds it."""
-        return bind_operator(OperatorRef(stage=stage.name, path=stage.operator or "", params=dict(stage.params),
+        return bind_operator(OperatorRef(stage=stage.name, path=stage.operator or "",
+                                         params=operator_params(stage, self.loaded.recipe, self.loaded.root,
+                                                                self.loaded.run_root()),
                                          kind=MapStage.operator_call, search_path=self.loaded.search_path))
 
     def call(self, bound: BoundOperator, attempt: Attempt) -> tuple[Any, float]:

@@ -15,6 +15,7 @@ import time
 from dataclasses import replace
 from typing import ClassVar
 
+from habitrun.engine.command.params import operator_params
 from habitrun.engine.contract import FailureKind, OperatorRef, SubjectOutcome, SubjectTask
 from habitrun.engine.control import StopFlag
 from habitrun.engine.events import RETRY_NAMED, RetryRound, RunWarning
@@ -116,7 +117,8 @@ def run_on_backend(ctx: RunContext, kind: StageKind, call: str, stage: StageSpec
                    to_run: list[str], ledger: StageLedger) -> None:
     """Run a stage's tasks (``kind.tasks``) to their end (or the stop), round after round, on its backend."""
     policy = ctx.recipe.stage_policy(stage.name)
-    op = OperatorRef(stage=stage.name, path=stage.operator or "", params=dict(stage.params),
+    op = OperatorRef(stage=stage.name, path=stage.operator or "",
+                     params=operator_params(stage, ctx.recipe, ctx.study_root, ctx.inputs.run_root),
                      kind=call, search_path=ctx.search_path)
     backend = ctx.now.backend = ctx.backends.for_policy(policy)
     ctx.events.emit_many([RunWarning(message=note) for note in ctx.backends.take_notes()])

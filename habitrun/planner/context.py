@@ -21,6 +21,8 @@ from habitrun.planner.files import Digester, stage_inputs
 from habitrun.planner.fingerprint import command_fingerprint, legacy_fingerprint
 from habitrun.planner.keys import canonical_json, subject_parts, variant_parts
 from habitrun.planner.subject_files import SubjectFiles, cell_paths, file_columns, scan_subjects
+from habitrun.planner.tools import ToolProblem, stage_tools
+from habitrun.spec.placeholders import BUILTINS, names, tool_word
 from habitrun.spec.policy import RunPolicy
 from habitrun.spec.recipe import StageSpec
 
@@ -50,6 +52,7 @@ class StageInputs:
     file_cols: tuple[str, ...]  # the file columns its subject parts cover
     variant: Variant | None  # None: the subject parts habitrun always computed
     legacy_fingerprints: dict[str, str] = field(default_factory=dict)  # generation -> its fingerprint
+    tools: dict[str, str] = field(default_factory=dict)  # a command stage's tool or image -> its identity
 
     def code_components(self) -> Any:
         if self.stage.code_version is not None:
@@ -149,6 +152,8 @@ class KeyContext:
 
 def stage_code(stage: StageSpec, search_path: tuple[str, ...], root: Path) -> CodeInfo:
     """A stage's code: its modules and packages (an operator or entrypoint), else a version or argv."""
+    if stage.runs_command:  # habitrun's own operator: the tool's identity is in the key instead
+        return CodeInfo("command-stage:" + (stage.code_version or ""))
     target = stage.operator or stage.entrypoint
     if target is not None:
         return code_info(target, search_path, code_version=stage.code_version)
@@ -197,6 +202,8 @@ def build_context(
         for j, col in enumerate(stage.fields or ()):
             if col not in present:
                 problems.append(f"{loaded.locate(('stages', i, 'fields', j))}: column {col!r} is not in the manifest")
+        if stage.runs_command and subjects:
+            problems.extend(_unknown_columns(loaded, i, present))
         stages[stage.name] = _stage_inputs(loaded, i, columns, digester, policies[stage.name], problems,
                                            verify_only=verify_only, code_memo=code_memo)
     if problems:
@@ -230,8 +237,24 @@ def _stage_inputs(loaded: LoadedRecipe, index: int, columns: Mapping[str, bool],
         code = memo.get(code_key)
         if code is None:
             code = memo[code_key] = stage_code(stage, search_path, root)
+    tools: dict[str, str] = {}
+    if stage.runs_command:
+        tool_memo = memo.get(("tools", verify_only))
+        if tool_memo is None:
+            tool_memo = memo[("tools", verify_only)] = {}
+        what_tool = (tool_word(stage), stage.version, stage.container)
+        try:
+            tools = tool_memo.get(what_tool)
+            if tools is None:
+                tools = tool_memo[what_tool] = stage_tools(stage, root, identify=not verify_only)
+        except ToolProblem as exc:
+            at = ("stages", index, "container") if stage.container is not None else ("stages", index, "command", 0)
+            problems.append(f"{loaded.locate(at)}: stage {stage.name!r}: {exc}")
+            tools = {}
     in_key = policy.rerun_on_package_change
     pieces = [code.fingerprint]
+    if tools:
+        pieces.append("tools:" + canonical_json(tools))
     if inputs:
         pieces.append("inputs:" + canonical_json(inputs))
     if in_key and code.packages:
@@ -242,7 +265,7 @@ def _stage_inputs(loaded: LoadedRecipe, index: int, columns: Mapping[str, bool],
     if not verify_only and code.legacy is not None:
         legacy[BEFORE_31] = "\x00".join([code.legacy, *pieces[1:]])
     if not verify_only and variant is None and not stage.inputs and stage.code_version is None \
-            and not (in_key and code.packages):
+            and not (in_key and code.packages) and not stage.runs_command:
         legacy_key = ("legacy", *what)
         before_10 = memo.get(legacy_key)
         if before_10 is None:
@@ -250,8 +273,29 @@ def _stage_inputs(loaded: LoadedRecipe, index: int, columns: Mapping[str, bool],
         legacy[BEFORE_10] = before_10
     return StageInputs(
         stage=stage, code=code, fingerprint="\x00".join(pieces), inputs=inputs, mode=mode,
-        packages_in_key=in_key, file_cols=cols, variant=variant, legacy_fingerprints=legacy,
+        packages_in_key=in_key, file_cols=cols, variant=variant, legacy_fingerprints=legacy, tools=tools,
     )
+
+
+def _unknown_columns(loaded: LoadedRecipe, index: int, present: set[str]) -> list[str]:
+    """A command stage's bare placeholder names that are no builtin, param or manifest column."""
+    stage = loaded.recipe.stages[index]
+    out = []
+    templates = [(("command", i), t) for i, t in enumerate(stage.command or ())]
+    templates += [(("env", k), v) for k, v in (stage.env or {}).items()]
+    for where, template in templates:
+        for name in names(template):
+            head, dot, rest = name.partition(".")
+            if dot and head != "fields":
+                continue  # {params.X} and {STAGE.OUTPUT}: checked with the recipe
+            if not dot and (name in BUILTINS or name in stage.params):
+                continue
+            column = rest if dot else name
+            if column not in present:
+                out.append(f"{loaded.locate(('stages', index, *where))}: {{{name}}}: no manifest column "
+                           f"{column!r} (columns: {', '.join(sorted(present)) or 'none'}), nor a param of the "
+                           f"stage or one of {', '.join('{' + b + '}' for b in BUILTINS)}")
+    return out
 
 
 def fingerprints(loaded: LoadedRecipe) -> dict[str, str]:

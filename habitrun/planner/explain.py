@@ -115,7 +115,9 @@ def explain(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     if old.get("kind") != new.get("kind"):
         reasons.append("stage kind changed")
     if old.get("operator") != new.get("operator"):
-        reasons.append("operator changed")
+        both_commands = isinstance(old.get("operator"), list) and isinstance(new.get("operator"), list)
+        reasons.append(f"command: {_show(' '.join(old['operator']))} → {_show(' '.join(new['operator']))}"
+                       if both_commands else "operator changed")
     else:
         reasons.extend(_code(old.get("code"), new.get("code")))
     if old.get("params") != new.get("params"):
@@ -125,6 +127,7 @@ def explain(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
             reasons.extend(diff or ["params changed"])
         else:
             reasons.append("params changed")
+    reasons.extend(tool_changes(old.get("tools") or {}, new.get("tools") or {}))
     if (old.get("inputs") or {}) != (new.get("inputs") or {}):
         reasons.extend(_changes(old.get("inputs") or {}, new.get("inputs") or {},
                                 "input {key} added", "input {key} removed", "input {key} changed"))
@@ -177,4 +180,14 @@ def merged_by_pattern(groups: Mapping[tuple[str, str], list[str]]) -> dict[tuple
     for group, sids in groups.items():
         pattern = patterns[group]
         out.setdefault(pattern if merged[pattern] > 1 else group, []).extend(sids)
+
+
+def tool_changes(old: Mapping[str, str], new: Mapping[str, str]) -> list[str]:
+    """``tool dcm2niix: v1.0.20220720 → v1.0.20250505``, ``image localhost/t:1: sha256:… → …``."""
+    out = []
+    for name in sorted(set(old) | set(new)):
+        label = name if name.startswith("image ") else f"tool {name}"
+        before, after = old.get(name), new.get(name)
+        if before != after:
+            out.append(f"{label}: {_show(before or '(none)')} → {_show(after or '(none)')}")
     return out

@@ -51,6 +51,11 @@ def short_digest(text: str, size: int = SUBJECT_BYTES) -> str:
 
 def stage_definition(stage: StageSpec) -> dict[str, Any]:
     """The parts of a stage that decide what it computes (not its policy or launch options)."""
+    if stage.runs_command:  # and a command stage's outputs, env, shell and container (not its engine's options)
+        container = stage.container.model_dump(exclude={"engine_options", "run_options"}) if stage.container else None
+        return {"name": stage.name, "kind": stage.kind, "command": list(stage.command or ()),
+                "params": stage.params, "outputs": stage.outputs, "env": stage.env, "shell": stage.shell,
+                "container": container}
     return {
         "name": stage.name,
         "kind": stage.kind,

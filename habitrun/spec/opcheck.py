@@ -62,7 +62,8 @@ def _targets(loaded: _Loaded) -> list[_Target]:
             path = getattr(stage, attr)
             if path is None:
                 continue
-            params = dict(stage.params) if attr == "operator" else None
+            # a command stage's operator is habitrun's own: its params are placeholders' values
+            params = dict(stage.params) if attr == "operator" and not stage.runs_command else None
             out.append(_Target(i, attr, stage.name, path, params,
                                loaded.stage_policy(stage.name).subject_spawn_timeout_sec))
     return out
