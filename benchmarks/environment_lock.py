@@ -67,6 +67,7 @@ def main() -> None:
           f"importlib.metadata {theirs * 1e3:.1f} ms (median of {opts.repeat}, warm)")
     for n in (int(x) for x in opts.subjects.split(",")):
         with tempfile.TemporaryDirectory(prefix="envlock-bench-") as tmp:
+            (Path(tmp) / "study").mkdir()
             recipe, _ = build_with_files(Path(tmp) / "study", n, 64)
             loaded = load_recipe(recipe)
             subjects = load_subjects(loaded)

@@ -18,7 +18,7 @@ import os
 import platform
 import shutil
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -133,16 +133,12 @@ def environment(*, git: Mapping[str, Any], stages: Mapping[str, Mapping[str, Any
     }
 
 
-def write_environment(folder: Path, env: Mapping[str, Any], inputs: Iterable[tuple[str, str, str, str]]) -> None:
-    """Write ``environment.json`` and ``inputs.tsv`` (subject, column, path, digest rows) into a run folder."""
+def write_environment(folder: Path, env: Mapping[str, Any], input_lines: Sequence[str]) -> None:
+    """Write ``environment.json`` and ``inputs.tsv`` (its lines: subject, column, path, digest; see
+    :func:`tsv_line`) into a run folder."""
     folder = Path(folder)
-    lines = [INPUTS_HEADER]
-    count = 0
-    for row in inputs:
-        lines.append("\t".join(_cell(v) for v in row) + "\n")
-        count += 1
-    text = "".join(lines)
-    data = {**env, "inputs": {"file": INPUTS_FILE, "count": count,
+    text = INPUTS_HEADER + "".join(line + "\n" for line in input_lines)
+    data = {**env, "inputs": {"file": INPUTS_FILE, "count": len(input_lines),
                               "sha256": hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()}}
     try:
         (folder / INPUTS_FILE).write_text(text, encoding="utf-8", errors="surrogateescape")
@@ -153,8 +149,9 @@ def write_environment(folder: Path, env: Mapping[str, Any], inputs: Iterable[tup
         raise StoreError(f"cannot write the environment lock in {folder}: {exc}") from None
 
 
-def _cell(value: str) -> str:
-    return str(value).replace("\t", " ").replace("\n", " ")
+def tsv_line(*values: str) -> str:
+    """One line of ``inputs.tsv``: a tab or line break inside a value becomes a space."""
+    return "\t".join(str(v).replace("\t", " ").replace("\n", " ").replace("\r", " ") for v in values)
 
 
 def read_environment(folder: Path) -> dict[str, Any] | None:
