@@ -18,6 +18,7 @@ from habitrun.engine.contract import FailureKind, OperatorRef, SubjectOutcome, S
 from habitrun.engine.control import StopFlag
 from habitrun.engine.events import RETRY_NAMED, RetryRound, RunWarning
 from habitrun.engine.ledger import StageLedger
+from habitrun.engine.memory_forecast import forecast_for
 from habitrun.engine.write_failure import WriteFailure
 from habitrun.planner.plan import StagePlan
 from habitrun.spec.gcpause import gc_paused
@@ -83,6 +84,7 @@ def run_on_backend(runner: StudyRunner, stage: StageSpec, plan: StagePlan, polic
     backend.scratch_dir = str(runner.run.path / "scratch")  # subject output never leaves the run folder
     with gc_paused():  # tens of thousands of tasks, no cycles: the collector would only walk them
         pending = runner.inputs.tasks(stage, plan, to_run)
+    backend.forecast = forecast_for(runner, stage, plan, policy, pending)  # a memory budget's predictions
     rounds = RetryRounds(policy=policy, ledger=ledger, stop=runner.stop, write_failure=runner.write_failure,
                          run_path=str(runner.run.path))
     while pending and not runner.stop.is_set():
