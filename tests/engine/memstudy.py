@@ -24,9 +24,9 @@ import os
 import time
 
 
-def hog(subject, sleep=0.2):
+def hog(subject, sleep=0.2, scale=1.0):
     size = os.path.getsize(subject.fields["image"])
-    block = b"x" * ((size // 1024) << 20)  # 1 KB of input: 1 MB of memory, every page written
+    block = b"x" * (int(size // 1024 * scale) << 20)  # 1 KB of input: 1 MB of memory (x scale), every page written
     time.sleep(sleep)
     return {"mb": len(block) >> 20}
 '''
@@ -35,11 +35,12 @@ _names = itertools.count()
 
 def make_skewed_study(folder: Path, *, small: int = 12, big: int = 3, small_mb: int = 50, big_mb: int = 600,
                       sleep: float = 0.1, policy: dict[str, Any] | None = None, hint: int | None = None,
-                      big_from: int = 0) -> Path:
+                      big_from: int = 0, half_stage: bool = False) -> Path:
     """The study's recipe: ``big`` subjects of ``big_mb`` from row ``big_from`` of the manifest, the other
     ``small`` of ``small_mb``.
 
     ``hint``: a manifest column ``hint`` holding this number for every subject (a hint that lies about the big ones).
+    ``half_stage``: a second stage, ``half``, taking half the memory of the first.
     """
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "ops.py").write_text(OPS)
@@ -56,6 +57,9 @@ def make_skewed_study(folder: Path, *, small: int = 12, big: int = 3, small_mb: 
               "subjects": {"manifest": "subjects.csv", "files": ["image"]},
               "policy": {"backend": "process", "workers": 4, "subject_timeout_sec": 120, **(policy or {})},
               "stages": [{"name": "hog", "operator": "ops:hog", "params": {"sleep": sleep}}]}
+    if half_stage:
+        recipe["stages"].append({"name": "half", "operator": "ops:hog", "needs": ["hog"],
+                                 "params": {"sleep": sleep, "scale": 0.5}})
     path = folder / "recipe.yaml"
     path.write_text(yaml.safe_dump(recipe, sort_keys=False))
     return path
