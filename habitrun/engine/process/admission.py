@@ -155,9 +155,7 @@ class Admission:
                 return None
             queue.popleft()
             self.exclusive = w
-            self.stats.ran_alone += 1
-            if predicted is not None and predicted > self.budget:
-                self.stats.over_budget.append(head.subject_id)
+            self.stats.alone(head.subject_id, over=predicted is not None and predicted > self.budget)
             return self.start(head, predicted, now)
         if self.fits(w, predicted, used):  # type: ignore[arg-type] - not alone: known
             queue.popleft()

@@ -27,6 +27,15 @@ class StageMemory:
     recycled: int = 0
     over_budget: list[str] = field(default_factory=list)
     errors: list[tuple[float, float]] = field(default_factory=list)  # (predicted, measured) MB
+    alone_ids: set[str] = field(default_factory=set)
+
+    def alone(self, sid: str, *, over: bool) -> None:
+        """``sid`` started alone (``over``: predicted above the whole budget)."""
+        if sid not in self.alone_ids:
+            self.alone_ids.add(sid)
+            self.ran_alone += 1
+        if over and sid not in self.over_budget:
+            self.over_budget.append(sid)
 
     def waited(self, seconds: float) -> None:
         self.waits += 1

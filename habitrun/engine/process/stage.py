@@ -252,6 +252,8 @@ class StageRun:
             return
         for w in active:
             if not w.recalling and not w.leaving and w.can_send and w.unstarted() > 0:
+                if self.admission is not None and w.unstarted() >= len(w.outstanding):
+                    continue  # admission placed it there and it starts now: recalling would only move it
                 w.recalling = w.send((P.RECALL,))
 
     def idle(self, w: WorkerHandle) -> bool:
