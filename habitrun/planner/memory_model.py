@@ -31,7 +31,8 @@ KILLED_GROWTH = 1.5  # a subject killed for memory needs at least this much more
 MIN_LINE_POINTS = 4
 MIN_SPREAD = 1.5  # largest feature over smallest: below, a line's slope is noise
 BASELINE_STEP_MB = 2.0
-MAX_LINE_POINTS = 200  # the line is fitted on at most this many points (pairs grow as the square)
+MAX_LINE_POINTS = 100  # the line is fitted on the last this many points (pairs grow as the square)
+REFIT_ALWAYS = 20  # the fit is made again after each of the first this many peaks, then at every ~5 % more
 
 
 def quantile(values: Iterable[float], q: float) -> float:
@@ -74,8 +75,10 @@ class PeakModel:
         feature = self.features.get(subject)
         if feature is not None:
             self.points.append((feature, peak_mb))
-        self._fit = None
-        self.version += 1
+        count = len(self.peaks)
+        if count <= REFIT_ALWAYS or count % (count // REFIT_ALWAYS) == 0:  # later, at every ~5 % more
+            self._fit = None
+            self.version += 1
 
     def killed(self, subject: str, seen_mb: float, predicted_mb: float | None) -> None:
         """``subject`` was killed for memory while using ``seen_mb`` (predicted: ``predicted_mb``)."""

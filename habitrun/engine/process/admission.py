@@ -115,7 +115,7 @@ class Admission:
         """Sort the queue: largest predicted peak first, those to run alone last; before anything is
         known, the smallest feature first (the probe)."""
         model = self.model
-        if self.sorted_version == model.version or (len(queue) > 5000 and now - self.sorted_at < RESORT_SEC):
+        if self.sorted_version == model.version or (len(queue) > 500 and now - self.sorted_at < RESORT_SEC):
             return
         self.sorted_version, self.sorted_at = model.version, now
         self.predicted = {t.subject_id: model.predict(t.subject_id) for t in queue}
