@@ -61,8 +61,7 @@ def memory_lines(memory: dict[str, Any]) -> list[str]:
 
 def plan_memory(loaded: Any, plan: Any, store: Any, subjects: Any) -> dict[str, dict[str, Any]]:
     """Per map stage whose policy sets a memory budget: the predicted peaks (max, p95) against the budget."""
-    from habitrun.engine.memory_forecast import spread_of, stage_model, wants_forecast
-    from habitrun.engine.process.budget import resolve_budget
+    from habitrun.planner.peak_history import spread_of, stage_model, wants_forecast
 
     out: dict[str, dict[str, Any]] = {}
     rows = None
@@ -70,6 +69,10 @@ def plan_memory(loaded: Any, plan: Any, store: Any, subjects: Any) -> dict[str, 
         policy = loaded.recipe.stage_policy(stage.name)
         if not wants_forecast(policy, stage.kind):
             continue
+        from habitrun.engine.process.budget import (
+            resolve_budget,  # only with a budget: it reads the cgroup
+        )
+
         if rows is None:
             rows = {row.id: row.fields for row in subjects}
         sids = stage.to_run() or list(stage.keys)
@@ -93,3 +96,34 @@ def plan_memory_lines(memory: dict[str, dict[str, Any]]) -> list[str]:
                     f"({st['predicted']} of {st['subjects']} subjects); {over}")
         lines.append(f"memory {esc(name)}: {esc(what)}; budget {_mb(st['budget_mb'])} ({esc(st['source'])})")
     return lines
+
+
+def memory_html(info: dict[str, Any]) -> str:
+    """The report's memory section (empty without a budget): the budget, then per stage what admission did."""
+    from html import escape
+
+    memory = run_memory(info)
+    if memory is None:
+        return ""
+    head = ("stage", "predicted max", "waited", "wait total", "longest", "ran alone", "OOM retried alone",
+            "recycled", "predicted", "median abs error", "median rel error", "under-predicted")
+    out = [f'<section id="memory"><h2>Memory budget</h2><div class="card"><p>budget '
+           f'<b>{escape(_mb(memory.get("budget_mb")))}</b> ({escape(str(memory.get("source") or ""))})</p>'
+           '<table><thead><tr>']
+    out.extend(f'<th class="{"" if i == 0 else "n"}">{escape(h)}</th>' for i, h in enumerate(head))
+    out.append("</tr></thead><tbody>")
+    for name, st in (memory.get("stages") or {}).items():
+        rel = st.get("median_rel_error")
+        cells = (_mb(st.get("predicted_max_mb")), st.get("waits", 0), f"{st.get('wait_sec', 0.0):.1f} s",
+                 f"{st.get('wait_max_sec', 0.0):.1f} s", st.get("ran_alone", 0), st.get("oom_retried_alone", 0),
+                 st.get("recycled_workers", 0), st.get("predicted_subjects", 0),
+                 _mb(st.get("median_abs_error_mb")) if st.get("median_abs_error_mb") is not None else "–",
+                 f"{rel:.0%}" if rel is not None else "–", st.get("under_predicted", 0))
+        out.append(f"<tr><td>{escape(name)}</td>")
+        out.extend(f'<td class="n">{escape(str(c))}</td>' for c in cells)
+        out.append("</tr>")
+        if st.get("over_budget"):
+            out.append(f'<tr><td></td><td colspan="{len(head) - 1}" class="muted">over the budget, ran alone: '
+                       f'{escape(", ".join(st["over_budget"]))}</td></tr>')
+    out.append("</tbody></table></div></section>")
+    return "".join(out)

@@ -12,16 +12,17 @@ filled), which is known before it runs.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from habitrun.planner.memory_model import PeakModel
+from habitrun.planner.memory_model import PeakModel, quantile
 from habitrun.planner.subject_files import cell_paths, file_columns
 from habitrun.store.trace import COL
 
 if TYPE_CHECKING:
     from habitrun.spec.loader import LoadedRecipe
+    from habitrun.spec.policy import RunPolicy
 
 
 def hint_value(fields: Mapping[str, Any], column: str) -> float | None:
@@ -85,3 +86,39 @@ def peak_model(trace_rows: Iterable[tuple], features: Mapping[str, float], key_p
             continue
         model.measured(row[sid_col], float(peak))
     return model
+
+
+def wants_forecast(policy: RunPolicy, kind: str) -> bool:
+    """A memory budget applies: a map stage on the process backend."""
+    return policy.memory_budget_mb is not None and policy.backend == "process" and kind == "map"
+
+
+def stage_model(loaded: LoadedRecipe, store: Any, stage: str, key_prefix: str | None,
+                rows: Mapping[str, Mapping[str, Any]], hint: str | None, subjects: Any = None,
+                more_rows: Callable[[str], Mapping[str, Any] | None] | None = None) -> PeakModel:
+    """The stage's model: its trace (same stage and code) with the features of ``rows``' subjects.
+
+    ``more_rows``: the manifest row of a subject measured before and not in ``rows`` (None: unknown).
+    """
+    trace = store.trace(stage=stage) if store is not None else []
+    fields = dict(rows)
+    if more_rows is not None:
+        sid_col = COL["subject"]
+        for row in trace:
+            sid = row[sid_col]
+            if sid not in fields:
+                found = more_rows(sid)
+                if found is not None:
+                    fields[sid] = found
+    features = subject_features(loaded, fields, hint, subjects)
+    return peak_model(trace, features, key_prefix)
+
+
+def spread_of(model: PeakModel, sids: Iterable[str], budget_mb: float | None) -> dict[str, Any]:
+    """Predicted peaks of ``sids``: max, p95, how many are known, and how many exceed the budget."""
+    values = [v for v in (model.predict(sid) for sid in sids) if v is not None]
+    if not values:
+        return {"predicted": 0, "max_mb": None, "p95_mb": None, "over_budget": 0, "budget_mb": budget_mb}
+    return {"predicted": len(values), "max_mb": round(max(values), 1), "p95_mb": round(quantile(values, 0.95), 1),
+            "over_budget": sum(1 for v in values if budget_mb is not None and v > budget_mb),
+            "budget_mb": None if budget_mb is None else round(budget_mb, 1)}

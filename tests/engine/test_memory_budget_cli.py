@@ -1,4 +1,5 @@
-"""A memory budget as the user sees it: `plan` predicts each stage's peaks, `status` shows what admission did.
+"""A memory budget as the user sees it: `plan` predicts each stage's peaks, `status` and the report show
+what admission did.
 
 No memory limit here (the cgroup tests are in test_memory_budget_cgroup.py): a budget in MB on a small
 study whose subjects take a few MB each.
@@ -33,6 +34,10 @@ def test_plan_predicts_peaks_and_status_shows_budget_waits_and_errors(tmp_path):
     text = cli("status", str(recipe), cwd=recipe.parent).stdout
     assert "memory budget 2000 MB" in text and "prediction error median" in text
     assert "1 ran alone" in text
+    report = cli("report", str(recipe), "-o", str(tmp_path / "report.html"), cwd=recipe.parent)
+    assert report.returncode == 0, report.stderr
+    page = (tmp_path / "report.html").read_text()
+    assert '<section id="memory">' in page and "budget <b>2000 MB</b>" in page
 
     # the trace now predicts every subject; a budget under the big one's peak: it would run alone
     data = json.loads(cli("plan", str(recipe), "--json", "policy.memory_budget_mb=40", cwd=recipe.parent).stdout)

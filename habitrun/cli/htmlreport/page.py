@@ -17,6 +17,7 @@ from habitrun.cli.htmlreport.charts import (
     timeline,
 )
 from habitrun.cli.htmlreport.gather import ReportData
+from habitrun.cli.memory_text import memory_html
 from habitrun.errors import UsageError
 from habitrun.store.trace import COL
 
@@ -259,7 +260,8 @@ def build_report(data: ReportData) -> str:
     colors = stage_colors([s.name for s in data.stages])
     title = f"{data.recipe_name} · run {data.run_id}"
     generated = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    body = "".join((_summary(data), _stages(data), _charts(data, colors), _timeline(data, colors),
+    body = "".join((_summary(data), _stages(data), memory_html(data.provenance), _charts(data, colors),
+                    _timeline(data, colors),
                     _failures(data), _provenance(data)))
     nav = "".join(f'<a href="#{a}">{t}</a>' for a, t in (("summary", "Summary"), ("stages", "Stages"),
                   ("resources", "Resources"), ("timeline", "Timeline"), ("failures", "Failures"),
