@@ -42,6 +42,7 @@ SCAN = 256  # queued subjects looked at for one that fits past the first in line
 GROWN_FRACTION = 0.1  # an idle worker grown by this much of the budget is recycled when memory is short
 FRESH_WORKER_MB = 30.0  # a worker's own memory before any is measured
 RESORT_SEC = 1.0  # a long queue is sorted again at most this often
+MAX_REMEMBERED = 256  # idle workers' memory remembered at most (then only the live ones and the least)
 
 
 class Admission:
@@ -72,6 +73,10 @@ class Admission:
 
     def idle_rss(self, w: WorkerHandle) -> float:
         rss = tree_rss_fast(w.pid)
+        if len(self.idle_mb) > MAX_REMEMBERED:  # isolated mode: a pid per subject; keep the live ones and the least
+            fresh = self.base_mb()
+            live = {x.pid for x in self.workers()}
+            self.idle_mb = {pid: mb for pid, mb in self.idle_mb.items() if pid in live or mb == fresh}
         if rss:
             self.idle_mb[w.pid] = rss / MB
             if not w.binding:
@@ -149,8 +154,11 @@ class Admission:
         self.order(queue, now)
         head = queue[0]
         predicted = self.predict(head)
-        if self.must_run_alone(head.subject_id, predicted):
-            if w.outstanding or any(x.outstanding for x in self.workers() if x is not w):
+        others_run = any(x.outstanding for x in self.workers() if x is not w)
+        if self.must_run_alone(head.subject_id, predicted) or not (others_run or w.outstanding or
+                                                                  self.fits(w, predicted, used)):  # type: ignore[arg-type]
+            # Alone; or it cannot fit even with nothing running (the idle workers' own memory): then alone too.
+            if w.outstanding or others_run or self.recycle_grown():  # grown idle workers go first
                 self.wait(head, now, w)
                 return None
             queue.popleft()
@@ -161,7 +169,7 @@ class Admission:
             queue.popleft()
             return self.start(head, predicted, now)
         self.wait(head, now, w)
-        self.recycle_grown(w)
+        self.recycle_grown()
         patience = max(PATIENCE_SEC, self.mean_sec() or 0.0)
         if now - self.waiting.get(head.subject_id, now) >= patience:
             return None  # its turn: what runs drains until it fits
@@ -187,10 +195,11 @@ class Admission:
             self.stats.waited(now - since)
         return task
 
-    def recycle_grown(self, asking: WorkerHandle) -> None:
-        """Memory is short: retire idle persistent workers that grew well beyond a fresh one."""
+    def recycle_grown(self) -> int:
+        """Memory is short: retire idle persistent workers that grew well beyond a fresh one; how many."""
         if not self.recycles:
-            return
+            return 0
+        retired = 0
         for w in self.workers():
             if w.outstanding or w.leaving or not w.can_send:
                 continue
@@ -199,6 +208,8 @@ class Admission:
                 w.send((P.RETIRE,))
                 self.idle_mb.pop(w.pid, None)
                 self.stats.recycled += 1
+                retired += 1
+        return retired
 
     def wants_worker(self) -> bool:
         """Whether starting another worker may let a subject start (its own memory counts too)."""
