@@ -27,6 +27,7 @@ the first in line does not fit.
 from __future__ import annotations
 
 import itertools
+import time
 from collections import deque
 from collections.abc import Callable
 
@@ -42,6 +43,7 @@ SCAN = 256  # queued subjects looked at for one that fits past the first in line
 GROWN_FRACTION = 0.1  # an idle worker grown by this much of the budget is recycled when memory is short
 FRESH_WORKER_MB = 30.0  # a worker's own memory before any is measured
 RESORT_SEC = 1.0  # a long queue is sorted again at most this often
+REREAD_SEC = 0.1  # an idle worker's memory is read again no sooner
 MAX_REMEMBERED = 256  # idle workers' memory remembered at most (then only the live ones and the least)
 
 
@@ -63,6 +65,7 @@ class Admission:
         self.exclusive: WorkerHandle | None = None  # the worker running a subject alone
         self.waiting: dict[str, float] = {}  # subject -> since when it waits for memory with a worker free
         self.idle_mb: dict[int, float] = {}  # worker pid -> its resident MB when last seen idle
+        self.read_at: dict[int, float] = {}  # worker pid -> when its memory was last read
         self.sorted_version = -1
         self.sorted_at = 0.0
 
@@ -72,11 +75,16 @@ class Admission:
         return min(self.idle_mb.values()) if self.idle_mb else FRESH_WORKER_MB
 
     def idle_rss(self, w: WorkerHandle) -> float:
+        now = time.monotonic()
+        if now - self.read_at.get(w.pid, -1.0) < REREAD_SEC:  # read a moment ago: /proc costs a few syscalls
+            return self.idle_mb.get(w.pid, self.base_mb())
+        self.read_at[w.pid] = now
         rss = tree_rss_fast(w.pid)
         if len(self.idle_mb) > MAX_REMEMBERED:  # isolated mode: a pid per subject; keep the live ones and the least
             fresh = self.base_mb()
             live = {x.pid for x in self.workers()}
             self.idle_mb = {pid: mb for pid, mb in self.idle_mb.items() if pid in live or mb == fresh}
+            self.read_at = {pid: at for pid, at in self.read_at.items() if pid in live}
         if rss:
             self.idle_mb[w.pid] = rss / MB
             if not w.binding:
