@@ -27,7 +27,7 @@ import time
 def hog(subject, sleep=0.2, scale=1.0):
     size = os.path.getsize(subject.fields["image"])
     block = b"x" * (int(size // 1024 * scale) << 20)  # 1 KB of input: 1 MB of memory (x scale), every page written
-    time.sleep(sleep)
+    time.sleep(float(subject.fields.get("hold") or sleep))
     return {"mb": len(block) >> 20}
 '''
 _names = itertools.count()
@@ -35,23 +35,26 @@ _names = itertools.count()
 
 def make_skewed_study(folder: Path, *, small: int = 12, big: int = 3, small_mb: int = 50, big_mb: int = 600,
                       sleep: float = 0.1, policy: dict[str, Any] | None = None, hint: int | None = None,
-                      big_from: int = 0, half_stage: bool = False) -> Path:
+                      big_from: int = 0, half_stage: bool = False, big_hold: float | None = None) -> Path:
     """The study's recipe: ``big`` subjects of ``big_mb`` from row ``big_from`` of the manifest, the other
     ``small`` of ``small_mb``.
 
     ``hint``: a manifest column ``hint`` holding this number for every subject (a hint that lies about the big ones).
     ``half_stage``: a second stage, ``half``, taking half the memory of the first.
+    ``big_hold``: how long the big ones hold their memory (default: ``sleep``, as the small ones).
     """
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "ops.py").write_text(OPS)
     data = folder / "data"
     data.mkdir(exist_ok=True)
-    rows = ["subject_id,image" + (",hint" if hint is not None else "")]
+    rows = ["subject_id,image,hold" + (",hint" if hint is not None else "")]
     for i in range(big + small):
-        mb = big_mb if big_from <= i < big_from + big else small_mb
+        is_big = big_from <= i < big_from + big
+        mb = big_mb if is_big else small_mb
+        hold = big_hold if is_big and big_hold is not None else ""
         path = data / f"s{i:02d}.img"
         path.write_bytes(b"\0" * (mb * 1024))
-        rows.append(f"s{i:02d},data/{path.name}" + (f",{hint}" if hint is not None else ""))
+        rows.append(f"s{i:02d},data/{path.name},{hold}" + (f",{hint}" if hint is not None else ""))
     (folder / "subjects.csv").write_text("\n".join(rows) + "\n")
     recipe = {"habitrun": 1, "name": "skewed-memory",
               "subjects": {"manifest": "subjects.csv", "files": ["image"]},

@@ -229,7 +229,8 @@ class Admission:
     def after(self, w: WorkerHandle | None, outcome: SubjectOutcome) -> bool:
         """Learn from an outcome; True when it is an out-of-memory kill to retry alone, not to report."""
         sid = outcome.task.subject_id
-        if w is not None and w is self.exclusive and not w.outstanding:
+        ran_alone = w is not None and w is self.exclusive
+        if ran_alone and not w.outstanding:  # type: ignore[union-attr]
             self.exclusive = None
         predicted = self.admitted.pop(sid, None)
         if outcome.ok:
@@ -245,7 +246,8 @@ class Admission:
         if w.watched.oom_note is not None:  # past its own worker_memory_limit_mb: alone it would be too
             return False
         self.model.killed(sid, w.watched.last_rss_mb, predicted)
-        if sid in self.alone:
+        if sid in self.alone or ran_alone:
+            self.alone.add(sid)
             return False  # it failed alone: charged
         self.alone.add(sid)
         self.stats.oom_retried_alone += 1
