@@ -23,6 +23,7 @@ from habitrun.cli.app import app, err_console
 from habitrun.cli.busy import in_progress_text, store_user
 from habitrun.cli.findrecipe import recipe_and_overrides
 from habitrun.cli.longtable import Cell, print_table
+from habitrun.cli.memory_text import plan_memory, plan_memory_lines
 from habitrun.cli.subjects_text import subjects_lines
 from habitrun.cli.text import esc
 from habitrun.errors import EXIT_USAGE
@@ -227,6 +228,7 @@ def plan(
         damaged = store_notes(loaded, store, shlex.join(["habitrun", "run", str(recipe), *(overrides or ())]), recovery)
         pending = recovery.pending_notes() if recovery is not None else []
         busy = store_user(loaded)
+        memory = plan_memory(loaded, the_plan, store, subjects)
         if as_json:
             data = plan_json(loaded, the_plan, store, subjects)
             data["in_progress"] = busy
@@ -234,6 +236,8 @@ def plan(
             data["journaled"] = pending
             data["outside_paths"] = outside_notes(the_plan, store)
             data["outside_inputs"] = outside_inputs(loaded, subjects, limit=0)
+            if memory:
+                data["memory"] = memory
             typer.echo(json.dumps(data, indent=1, ensure_ascii=False))
             if damaged:
                 raise typer.Exit(EXIT_USAGE)
@@ -251,6 +255,8 @@ def plan(
             for line in lines if getattr(subjects, "discovery", None) is not None else lines[1:]:
                 console.print(f"subjects: {esc(line)}", highlight=False)
         print_package_changes(console, the_plan)
+        if memory:
+            console.print("\n".join(plan_memory_lines(memory)), highlight=False)
         if reason:
             print_reasons(console, the_plan, store, limit)
         for note in outside_notes(the_plan, store):

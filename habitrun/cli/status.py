@@ -24,6 +24,7 @@ from habitrun.cli.busy import in_progress_text, is_run, killed_before_folder, st
 from habitrun.cli.findrecipe import given_or_found
 from habitrun.cli.live import LiveView, render, view_of
 from habitrun.cli.longtable import Cell, print_table
+from habitrun.cli.memory_text import memory_lines, run_memory
 from habitrun.cli.plan import (
     make_console,
     open_existing_store,
@@ -346,6 +347,7 @@ def as_document(shown: Shown, target: Path) -> dict[str, Any]:
         "unreadable": shown.damaged,
         "store_damage": shown.notes,
         "cohort": cohort_document(shown),
+        "memory": run_memory(info),
     }
 
 
@@ -375,6 +377,9 @@ def print_run(console: Console, shown: Shown, target: Path) -> None:
             slowest.append(f"  slowest in {esc(name)}: {slow}")
         console.print("\n".join(slowest), highlight=False)
     print_package_changes(console, shown.plan)
+    memory = run_memory(info)
+    if memory is not None:
+        console.print("\n".join(memory_lines(memory)), highlight=False)
     print_cohort_status(console, shown)
 
 

@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 ENGINE_ONLY_FIELDS = frozenset({
     "on_subject_failure", "auto_retry_rounds", "auto_retry_on", "resume", "retry_failed_subjects",
     "force_rerun_subjects", "clear_checkpoint_on_success", "strict_checkpoint_hash",
-    "checkpoint_dir",
+    "checkpoint_dir", "memory_hint",
 })
 
 

@@ -78,6 +78,7 @@ class Backend(abc.ABC):
 
     name: str = "abstract"
     scratch_dir: str | None = None  # where workers keep scratch files (the run folder); None: the temp dir
+    forecast: Any = None  # the stage's peak-memory model (planner.memory_model), for a memory budget
 
     @abc.abstractmethod
     def run_tasks(

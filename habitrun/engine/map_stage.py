@@ -124,6 +124,11 @@ def run_on_backend(ctx: RunContext, kind: StageKind, call: str, stage: StageSpec
     ctx.events.emit_many([RunWarning(message=note) for note in ctx.backends.take_notes()])
     backend.scratch_dir = str(ctx.run.path / "scratch")  # subject output never leaves the run folder
     pending = kind.tasks(ctx.inputs, stage, plan, to_run)
+    forecast, warning = ctx.forecast(stage, plan, policy, pending, backend)  # a memory budget's predictions
+    if warning:
+        ctx.tally.warnings.append(warning)
+        ctx.events.emit(RunWarning(message=warning))
+    backend.forecast = forecast
     stop = ctx.stop
     rounds = RetryRounds(policy=policy, ledger=ledger, stop=stop, write_failure=ctx.write_failure,
                          run_path=str(ctx.run.path))

@@ -16,6 +16,7 @@ from habitrun.engine.backend_choice import BackendPool
 from habitrun.engine.contract import Backend
 from habitrun.engine.control import StopFlag
 from habitrun.engine.event_stream import EventStream
+from habitrun.engine.memory_forecast import Forecaster
 from habitrun.engine.recorder import Recorder
 from habitrun.engine.run_summary import FailureLine, StageCounts
 from habitrun.engine.stage_inputs import StageInputs
@@ -63,3 +64,4 @@ class RunContext:
     tally: RunTally
     now: NowRunning
     study_root: Path  # the recipe's folder: where a stage publishes (engine/publish.py)
+    forecast: Forecaster  # a memory budget's predictions for a stage (engine/memory_forecast.py)

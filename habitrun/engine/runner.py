@@ -23,6 +23,7 @@ from habitrun.engine.debuglog import attach_run_folder, debug_run
 from habitrun.engine.environment_lock import stage_packages, write_lock
 from habitrun.engine.event_stream import EventStream, Observer
 from habitrun.engine.events import CheckpointCleared, RunFinished, RunStarted, RunWarning, Stopping
+from habitrun.engine.memory_forecast import Forecaster
 from habitrun.engine.planning import StagePlanner
 from habitrun.engine.recorder import Recorder
 from habitrun.engine.recovering import recover
@@ -257,7 +258,8 @@ class StudyRunner:
         context = RunContext(recipe=self.recipe, search_path=self.loaded.search_path, store=self.store,
                              recorder=self.recorder, events=self.events, stop=self.stop, run=self.run,
                              backends=self.backends, inputs=inputs, write_failure=self.write_failure,
-                             tally=self.tally, now=self.now, study_root=self.loaded.root)
+                             tally=self.tally, now=self.now, study_root=self.loaded.root,
+                             forecast=Forecaster(self.loaded, self.store, self.subjects, inputs.rows))
         self.stages = Stages(context, self.planner, self.cohort, self.subjects)
         notices = StopNotices(self.stop, self.events.emit, self.stopping_facts)
         error = self.run_stages()

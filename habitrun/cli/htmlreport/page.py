@@ -25,6 +25,7 @@ from habitrun.cli.htmlreport.sections import (
     parameters_section,
     results_section,
 )
+from habitrun.cli.memory_text import memory_html
 from habitrun.errors import UsageError
 from habitrun.store.trace import COL
 
@@ -287,7 +288,8 @@ def build_report(data: ReportData) -> str:
     colors = stage_colors([s.name for s in data.stages])
     title = f"{data.recipe_name} · run {data.run_id}"
     generated = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    body = "".join((_summary(data), _stages(data), _science(data, colors), _charts(data, colors),
+    body = "".join((_summary(data), _stages(data), memory_html(data.provenance), _science(data, colors),
+                    _charts(data, colors),
                     _timeline(data, colors), _failures(data), _provenance(data)))
     sections = [("summary", "Summary"), ("stages", "Stages")]
     if data.science is not None:

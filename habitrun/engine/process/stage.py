@@ -36,6 +36,7 @@ from habitrun.engine.contract import FailureKind, OperatorRef, ReportFn, Subject
 from habitrun.engine.control import StopFlag
 from habitrun.engine.invoke import one_line
 from habitrun.engine.process import protocol as P
+from habitrun.engine.process.admission import Admission
 from habitrun.engine.process.book import StageBook
 from habitrun.engine.process.endings import Endings
 from habitrun.engine.process.handle import WorkerHandle
@@ -62,7 +63,7 @@ class StageRun:
     """The event loop of one ``run_tasks`` call, over the backend's pool."""
 
     def __init__(self, pool: WorkerPool, op: OperatorRef, tasks: Sequence[SubjectTask], report: ReportFn,
-                 stop: StopFlag, scratch_dir: str | None) -> None:
+                 stop: StopFlag, scratch_dir: str | None, admission: tuple | None = None) -> None:
         self.pool = pool
         self.mode = pool.mode
         self.policy = pool.policy
@@ -77,6 +78,11 @@ class StageRun:
         self.debug = log.isEnabledFor(logging.DEBUG)  # checked once: the dispatch path pays nothing without it
         self.spawn_after = 0.0  # no start attempt before this (after a failed one)
         self.bind_data: bytes | None = None
+        self.admission: Admission | None = None  # a memory budget's admission (see admission)
+        if admission is not None:
+            budget, model, stats = admission
+            self.admission = self.book.admission = Admission(
+                budget, model, stats, pool.live, lambda: self.book.mean_sec, recycles=self.mode.learns)
 
     # -------------------------------------------------------------- loop
     def run(self) -> None:
@@ -175,7 +181,10 @@ class StageRun:
         queue = self.book.queue
         active = self.pool.active()
         free = sum(1 for w in active if not w.outstanding and self.can_take(w))
+        admission = self.admission
         while queue and len(active) < self.pool.effective and len(queue) > free and now >= self.spawn_after:
+            if admission is not None and active and not admission.wants_worker():
+                return started
             try:
                 w = self.pool.spawn(self.op, self.module, now, self.scratch_dir)
             except Exception as exc:  # noqa: BLE001 - a failed start is never a subject's failure
@@ -220,7 +229,9 @@ class StageRun:
             room = self.mode.room(w, min(book.depth - len(w.outstanding), -(-len(queue) // len(active))))
             frames: list[bytes] = []
             while queue and len(frames) < room:
-                task = queue.popleft()
+                task = queue.popleft() if self.admission is None else self.admission.take(queue, w, now)
+                if task is None:  # no subject fits the memory budget on it now
+                    break
                 try:
                     data = P.run_frame(task)
                 except BaseException as exc:  # noqa: BLE001 - an unpicklable task fails alone
@@ -250,6 +261,8 @@ class StageRun:
             return
         for w in active:
             if not w.recalling and not w.leaving and w.can_send and w.unstarted() > 0:
+                if self.admission is not None and w.unstarted() >= len(w.outstanding):
+                    continue  # admission placed it there and it starts now: recalling would only move it
                 w.recalling = w.send((P.RECALL,))
 
     def idle(self, w: WorkerHandle) -> bool:
