@@ -24,3 +24,17 @@ def results(recipe: object, stage: str, *, manifest: bool = False, meta: bool = 
     # from it), so it must not import a layer statically.
     module = importlib.import_module("habitrun.study.results")
     return module.results(recipe, stage, manifest=manifest, meta=meta, run=run, overrides=tuple(overrides))
+
+
+def run_tool(argv: object, **options: object) -> object:
+    """Run a command-line tool for the subject being run: ``habitrun.run_tool(["mrconvert", a, b])``.
+
+    Never through a shell; its stdout and stderr go into the subject's log, its CPU, peak
+    memory and I/O into the subject's trace row, and a timeout or Ctrl-C ends it with the
+    subject. A non-zero exit raises ``habitrun.errors.ToolError`` naming the exit code (or
+    signal) and the last lines of its stderr. Options: ``cwd``, ``env`` (added to the
+    environment), ``check`` (False: return the result instead of raising). See
+    :func:`habitrun.engine.command.runtool.run_tool`.
+    """
+    module = importlib.import_module("habitrun.engine.command.runtool")
+    return module.run_tool(argv, **options)

@@ -59,6 +59,10 @@ class StoreWriteError(StoreError):
         return StoreWriteError(f"{self.message} {command}", folder=self.folder)
 
 
+class PublishError(HabitrunError):
+    """A stage's published folder could not be written; the stored results are untouched (a warning)."""
+
+
 class LostRecordsError(StoreError):
     """Records a run committed are gone from the store and its journal cannot restore them (exit 2).
 
@@ -90,6 +94,14 @@ class OperatorBindError(HabitrunError):
     def for_stage(cls, stage: str, operator: str, error: str) -> OperatorBindError:
         return cls(f"stage {stage!r}: cannot construct its operator {operator}: {error}; "
                    "the run stopped, its subjects were not run and none was recorded as failed")
+
+
+class ToolError(HabitrunError):
+    """A command-line tool a subject ran failed: it exited non-zero or was killed, or left out an
+    output it declared. The subject's failure (its message names the exit code or signal and the
+    last lines of the tool's stderr), not the run's."""
+
+    exit_code = EXIT_FAILED_SUBJECTS
 
 
 class LaunchError(HabitrunError):

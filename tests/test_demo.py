@@ -51,12 +51,15 @@ def test_the_readme_demo_runs_from_a_fresh_copy(tmp_path: Path):
     (run,) = (demo / ".habitrun/runs").iterdir()
     found = rows(run / "subjects.csv")
     assert [r["id"] for r in found] == [f"LUNG{i:03d}" for i in range(1, 25)]
-    assert found[0]["ct"] == str(demo / "data/LUNG001/ct.nii.gz") and found[0]["label"] == "1"
+    assert found[0]["ct"] == "data/LUNG001/ct.nii.gz" and found[0]["label"] == "1"  # relative: see below
     (table,) = (demo / ".habitrun/work/table/_stage").iterdir()  # one work folder per cache key
     features = rows(table / "features.csv")
     assert len(features) == 24 and {"volume_mm3", "sphericity", "entropy", "lesion_count"} <= set(features[0])
     lesions = rows(table / "lesions.csv")
     assert len(lesions) > 24 and {r["lesion"] for r in lesions} == {"1", "2"}  # satellites: per lesion
+    published = demo / "results/table"  # publish: true: the table under a stable name in the study
+    assert (published / "features.csv").read_bytes() == (table / "features.csv").read_bytes()
+    assert sorted(json.loads((published / "index.json").read_text())["files"]) == ["features.csv", "lesions.csv"]
     (trained,) = (demo / ".habitrun/work/train/_stage").iterdir()
     metrics = json.loads((trained / "metrics.json").read_text())
     assert metrics["n_subjects"] == 24 and metrics["world_size"] == 2 and metrics["accuracy"] >= 0.75
@@ -64,6 +67,12 @@ def test_the_readme_demo_runs_from_a_fresh_copy(tmp_path: Path):
     again = habitrun("run", "demo/recipe.yaml", cwd=tmp_path)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "nothing to run: 26 subject-stage(s) already stored as done" in again.stdout
+
+    # `cp -a` of the demo elsewhere (issue 31): its keys hold no absolute path, nothing to run there
+    (tmp_path / "elsewhere").mkdir()
+    subprocess.run(["cp", "-a", str(demo), str(tmp_path / "elsewhere" / "copy")], check=True, timeout=60)
+    copied = habitrun("plan", "recipe.yaml", cwd=tmp_path / "elsewhere" / "copy")
+    assert copied.returncode == 0 and "nothing to run: every stage is done" in copied.stdout, copied.stdout
 
     mask = demo / "data/LUNG007/mask.nii.gz"  # edit one subject's mask: its content enters the key
     mask.write_bytes((demo / "data/LUNG008/mask.nii.gz").read_bytes())

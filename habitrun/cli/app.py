@@ -20,20 +20,17 @@ import importlib
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 import typer
 import typer.core
 import typer.main
+from rich.console import Console
 
 from habitrun import __version__
 from habitrun.cli import consoleout, entry
 from habitrun.cli.text import esc
 from habitrun.errors import EXIT_INTERRUPTED, HabitrunError
-from habitrun.spec.pluginsoff import plugins_off
-
-if TYPE_CHECKING:
-    from rich.console import Console
 
 # Every command, in help order, with the one-line help `habitrun --help` shows
 # for it: listing the commands (and suggesting one for a typo) needs no import
@@ -52,6 +49,8 @@ COMMANDS: dict[str, str] = {
     "trace": "Write one row per subject attempt: outcome, times, CPU, peak memory, I/O, worker, host, GPU.",
     "results": "Write a stage's current results: one row per subject, the result's keys as columns.",
     "report": "Write a run's report: one HTML file that opens offline, charts included.",
+    "diff": "Name what changed between two runs: recipe values, code files, packages, data files, habitrun, Python.",
+    "export": "Export a run as a Workflow Run RO-Crate: the recipe, one action per stage, files with digests.",
 }
 COMMAND_MODULES = tuple(COMMANDS)
 
@@ -72,7 +71,7 @@ class LazyCommands(typer.core.TyperGroup):
         order = {name: i for i, name in enumerate(COMMANDS)}
         self.commands = dict(sorted(self.commands.items(), key=lambda kv: order.get(kv[0], len(order))))
 
-    def get_params(self, ctx: typer.Context) -> list[typer.core.click.Parameter]:  # type: ignore[name-defined]
+    def get_params(self, ctx: typer.Context) -> list[typer.core.click.Parameter]:  # type: ignore[name-defined,override]
         return plain_params(super().get_params(ctx))
 
     def get_command(self, ctx: typer.Context, cmd_name: str) -> typer.core.TyperCommand | None:  # type: ignore[override]
@@ -88,7 +87,7 @@ class LazyCommands(typer.core.TyperGroup):
                 from habitrun.cli.listing import print_listing
 
                 commands = (self.get_command(ctx, name) for name in self.list_commands(ctx))
-                print_listing(self, ctx, (c for c in commands if c is not None and not c.hidden))  # type: ignore[misc]
+                print_listing(self, ctx, (c for c in commands if c is not None and not c.hidden))
             else:
                 super().format_help(ctx, formatter)  # type: ignore[arg-type]
         finally:
@@ -106,10 +105,10 @@ class Command(typer.core.TyperCommand):
     argument as ``{recipe}``; people expect ``--json`` and ``RECIPE`` (git, pip, docker).
     """
 
-    def get_params(self, ctx: typer.Context) -> list[typer.core.click.Parameter]:  # type: ignore[name-defined]
+    def get_params(self, ctx: typer.Context) -> list[typer.core.click.Parameter]:  # type: ignore[name-defined,override]
         return plain_params(super().get_params(ctx))
 
-    def collect_usage_pieces(self, ctx: typer.Context) -> list[str]:
+    def collect_usage_pieces(self, ctx: typer.Context) -> list[str]:  # type: ignore[override]
         pieces = [self.options_metavar] if self.options_metavar else []
         for param in self.get_params(ctx):
             if isinstance(param, typer.core.TyperArgument):
@@ -131,8 +130,7 @@ def plain_params(params: list[Any]) -> list[Any]:
 
 def _import_command(name: str) -> typer.core.TyperCommand:
     """Import ``habitrun.cli.<name>`` (its ``@app.command`` registers) and build its click command."""
-    with plugins_off():  # the models its modules define are built as they import (see spec/pluginsoff)
-        importlib.import_module(f"habitrun.cli.{name}")
+    importlib.import_module(f"habitrun.cli.{name}")
     _end_startup_pause()
     info = next(c for c in app.registered_commands
                 if (c.name or typer.main.get_command_name(c.callback.__name__)) == name)  # type: ignore[union-attr]
@@ -152,21 +150,7 @@ app = typer.Typer(
 )
 
 
-
-class _ErrConsole:
-    """stderr's rich Console, made on first use: a command that prints no error needs no rich (16 ms)."""
-
-    _console: Console | None = None
-
-    def __getattr__(self, name: str) -> Any:
-        if self._console is None:
-            from rich.console import Console
-
-            type(self)._console = Console(stderr=True, highlight=False, soft_wrap=True)
-        return getattr(self._console, name)
-
-
-err_console: Console = _ErrConsole()  # type: ignore[assignment]
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 
@@ -211,8 +195,15 @@ def _root(
     install_completion: Optional[str] = typer.Option(  # noqa: UP045
         None, "--install-completion", metavar="SHELL", callback=_install_completion, is_eager=True,
         help="Install shell completion for SHELL in its start-up file and exit."),
+    verbose: bool = typer.Option(False, "--verbose", "-v",
+                                 help="Print the engine's decisions on stderr as it makes them (a run also keeps "
+                                      "them in its folder's debug.log; HABITRUN_DEBUG=1 keeps them there only)."),
 ) -> None:
     """Run a study's per-subject pipeline from a YAML recipe; resume it after any crash."""
+    if verbose:
+        from habitrun.cli.verbose import to_stderr
+
+        to_stderr()
 
 
 def load_commands() -> typer.Typer:
@@ -308,7 +299,8 @@ def _run_cli(argv: list[str] | None) -> None:
     if recipe is not None:
         from habitrun.spec.opcheck import start_early
 
-        # Started before the command is imported: its imports overlap with ours.
+        # Started before the command is imported: its imports overlap with ours (what these three
+        # save, measured: docs/architecture.md, "Start-up").
         start_early(recipe)
         if argv_command in ("run", "resume"):
             from habitrun.engine.process import early

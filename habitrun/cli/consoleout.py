@@ -144,7 +144,7 @@ class ConsoleStream(io.TextIOBase):
             raise io.UnsupportedOperation("the console was closed; output goes to console.log")
         return self.real.fileno()
 
-    def write(self, text: str) -> int:  # type: ignore[override]
+    def write(self, text: str) -> int:
         if not isinstance(text, str):
             raise TypeError(f"write() argument must be str, not {type(text).__name__}")
         with self.lock:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import sys
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,7 +22,10 @@ from habitrun.errors import RecipeError, UsageError
 from habitrun.spec.schemas import FILES, schema_text
 
 if TYPE_CHECKING:  # importlib.resources.abc is 3.11+; importlib.abc.Traversable is gone in 3.14
-    from importlib.resources.abc import Traversable
+    if sys.version_info >= (3, 11):
+        from importlib.resources.abc import Traversable
+    else:
+        from importlib.abc import Traversable
 
 RENAMED = {"gitignore": ".gitignore"}  # dot-files do not survive every packaging tool
 
@@ -41,7 +45,7 @@ def _template_files(folder: Traversable, prefix: str = "") -> list[tuple[str, Tr
 
 def study_files(name: str) -> dict[str, str]:
     """Relative path -> text of every file of a new study named ``name``."""
-    root = resources.files("habitrun.cli").joinpath("templates", "study")
+    root = resources.files("habitrun.cli").joinpath("templates").joinpath("study")
     files = {}
     for rel, entry in _template_files(root):
         text = entry.read_text(encoding="utf-8")

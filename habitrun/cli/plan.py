@@ -24,10 +24,13 @@ from habitrun.cli.app import app, err_console
 from habitrun.cli.busy import in_progress_text, store_user
 from habitrun.cli.findrecipe import recipe_and_overrides
 from habitrun.cli.longtable import Cell, print_table
+from habitrun.cli.memory_text import plan_memory, plan_memory_lines
 from habitrun.cli.subjects_text import subjects_lines
 from habitrun.cli.text import esc
 from habitrun.errors import EXIT_USAGE
+from habitrun.planner.explain import merged_by_pattern
 from habitrun.planner.plan import Plan, StagePlan, SubjectStatus
+from habitrun.planner.subject_files import outside_inputs
 from habitrun.spec.loader import LoadedRecipe
 from habitrun.store.checkpoint import CheckpointStore
 from habitrun.store.guard import empty_store_file
@@ -149,7 +152,7 @@ def print_package_changes(console: Console, plan: Plan) -> None:
 
 def print_reasons(console: Console, plan: Plan, store: CheckpointStore | None, limit: int) -> None:
     for stage in plan:
-        groups = reason_groups(stage, store)
+        groups = merged_by_pattern(reason_groups(stage, store))  # one line for a reason many share
         if not groups:
             continue
         console.print(f"[bold]{esc(stage.name)}[/]")
@@ -211,6 +214,7 @@ def plan(
         damaged = store_notes(loaded, store, shlex.join(["habitrun", "run", str(recipe), *(overrides or ())]), recovery)
         pending = recovery.pending_notes() if recovery is not None else []
         busy = store_user(loaded)
+        memory = plan_memory(loaded, the_plan, store, subjects)
         if as_json:
             data = plan_json(loaded, the_plan, store, subjects)
             data["about"] = study.about.as_json()
@@ -218,6 +222,9 @@ def plan(
             data["store_damage"] = damaged
             data["journaled"] = pending
             data["outside_paths"] = outside_notes(the_plan, store)
+            data["outside_inputs"] = outside_inputs(loaded, subjects, limit=0)
+            if memory:
+                data["memory"] = memory
             typer.echo(json.dumps(data, indent=1, ensure_ascii=False))
             if damaged:
                 raise typer.Exit(EXIT_USAGE)
@@ -236,10 +243,17 @@ def plan(
             for line in lines if getattr(subjects, "discovery", None) is not None else lines[1:]:
                 console.print(f"subjects: {esc(line)}", highlight=False)
         print_package_changes(console, the_plan)
+        if memory:
+            console.print("\n".join(plan_memory_lines(memory)), highlight=False)
         if reason:
             print_reasons(console, the_plan, store, limit)
         for note in outside_notes(the_plan, store):
             console.print(esc(note), highlight=False)
+        for name, paths in outside_inputs(loaded, subjects, limit=0).items():
+            shown = ", ".join(paths[:3]) + (" ..." if len(paths) > 3 else "")
+            console.print(f"[yellow]{esc(name)}[/]: {len(paths)} input file(s) outside the study and its data roots, "
+                          f"by absolute path (a moved or cloned study needs them at the same place): {esc(shown)}",
+                          highlight=False)
         total = sum(len(s.to_run()) for s in the_plan)
         failed = sum(s.counts()["failed"] for s in the_plan)
         if total:

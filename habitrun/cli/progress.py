@@ -23,6 +23,7 @@ from habitrun.engine.events import (
     RunStarted,
     RunWarning,
     StageFinished,
+    StagePublished,
     StageStarted,
     Stopping,
     SubjectDone,
@@ -98,9 +99,10 @@ class RunDisplay:
               "to_run": e.to_run, "unshown": 0, "shown_at": time.monotonic()}
         self.stats[stage] = st
         if self.progress is not None:
-            completed = e.cached + st["failed"] + st["skipped"]
+            completed = e.cached + e.recorded_failures + e.blocked
+            fields: dict[str, Any] = {k: st[k] for k in ("done", "failed", "cached", "skipped", "ran", "started")}
             self.tasks[stage] = self.progress.add_task(esc(stage), total=max(e.total, 1), completed=completed,
-                                                       **{k: st[k] for k in ("done", "failed", "cached", "skipped", "ran", "started")})
+                                                       **fields)
         else:
             self.print(f"{_tag(stage)} {esc(e.kind)} stage: {e.total} subject(s), {e.cached} cached, "
                        f"{e.to_run} to run" + (f", {e.blocked} skipped (upstream failed)" if e.blocked else ""))
@@ -171,6 +173,11 @@ class RunDisplay:
             self.print(f"{_tag(e.stage)} finished: {e.done} done, {e.cached} cached, {e.failed} failed, "
                        f"{e.skipped} skipped" + (f", {e.not_run} not run" if e.not_run else ""))
 
+    def _on_stage_published(self, e: StagePublished) -> None:
+        removed = f", {e.removed} removed" if e.removed else ""
+        self.print(f"{_tag(e.stage)} published {e.files} file(s) to {esc(e.folder)} "
+                   f"({e.written} written{removed})")
+
     def _on_stopping(self, e: Stopping) -> None:
         self.print(f"[yellow]{esc(stopping_text(e))}[/]")
 
@@ -203,6 +210,7 @@ _HANDLERS: dict[type[Event], Callable[[RunDisplay, Any], None]] = {
     SubjectFailed: RunDisplay._on_subject_failed,
     RetryRound: RunDisplay._on_retry_round,
     StageFinished: RunDisplay._on_stage_finished,
+    StagePublished: RunDisplay._on_stage_published,
     Stopping: RunDisplay._on_stopping,
     CheckpointCleared: RunDisplay._on_checkpoint_cleared,
     TrainStarted: RunDisplay._on_train_started,

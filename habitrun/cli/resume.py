@@ -118,8 +118,9 @@ def resume(
             console.print("[yellow]the recipe file changed since this run:[/]")
             console.print(diff, markup=False, highlight=False)
             console.print("resuming with the recipe [bold]as it was run[/]; pass --use-current to use the file as it is now")
-    loaded = current if use_current else stored
-    assert loaded is not None
+    picked = current if use_current else stored
+    assert picked is not None
+    loaded = picked
     check_run_home(previous, loaded, named=target or DEFAULT_RECIPE)
     made_in = previous.source.get("root")
     if made_in and not same_folder(Path(made_in), root):

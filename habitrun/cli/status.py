@@ -28,6 +28,7 @@ from habitrun.cli.busy import in_progress_text, is_run, killed_before_folder, st
 from habitrun.cli.findrecipe import recipe_and_overrides
 from habitrun.cli.live import LiveView, render, view_of
 from habitrun.cli.longtable import Cell, print_table
+from habitrun.cli.memory_text import memory_lines, run_memory
 from habitrun.cli.plan import make_console, print_counts, print_package_changes, store_notes
 from habitrun.cli.runhome import check_run_home
 from habitrun.cli.text import command, esc
@@ -357,6 +358,7 @@ def as_document(shown: Shown, target: Path) -> dict[str, Any]:
         "store_damage": shown.notes,
         "cohort": cohort_document(shown),
         "about": about.as_json(),
+        "memory": run_memory(info),
     }
 
 
@@ -392,6 +394,9 @@ def print_run(console: Console, shown: Shown, target: Path) -> None:
             slowest.append(f"  slowest in {esc(name)}: {slow}")
         console.print("\n".join(slowest), highlight=False)
     print_package_changes(console, shown.plan)
+    memory = run_memory(info)
+    if memory is not None:
+        console.print("\n".join(memory_lines(memory)), highlight=False)
     print_cohort_status(console, shown)
 
 

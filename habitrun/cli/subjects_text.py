@@ -5,11 +5,13 @@ Kept apart from `validate` so that `plan` does not import the operator check to 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from habitrun.spec.loader import LoadedRecipe
 from habitrun.spec.subjects import SubjectRow
 
 
-def subjects_lines(loaded: LoadedRecipe, rows: list[SubjectRow]) -> list[str]:
+def subjects_lines(loaded: LoadedRecipe, rows: Sequence[SubjectRow]) -> list[str]:
     """How many subjects, from where; for subjects found on disk also how many are incomplete and why."""
     spec = loaded.recipe.subjects
     report = getattr(rows, "discovery", None)

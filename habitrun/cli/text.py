@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import shlex
 
+from rich.markup import escape
+
 
 def esc(value: object) -> str:
     """``value`` as text that rich prints literally inside a markup string."""
-    from rich.markup import escape  # here: `validate` prints plain text and imports no rich
-
     return escape(str(value))
 
 

@@ -10,6 +10,7 @@ Problems of the last two are collected together, so one pass shows them all.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Optional
 
 import typer
@@ -39,7 +40,7 @@ def _policy_summary(policy: RunPolicy) -> str:
     return " ".join(f"{k}={v}" for k, v in shown.items())
 
 
-def summary(loaded: LoadedRecipe, rows: list[SubjectRow]) -> str:
+def summary(loaded: LoadedRecipe, rows: Sequence[SubjectRow]) -> str:
     """A few lines: what the recipe is, how many subjects, the policy, the stages in order."""
     recipe = loaded.recipe
     found = subjects_lines(loaded, rows)
@@ -55,7 +56,7 @@ def summary(loaded: LoadedRecipe, rows: list[SubjectRow]) -> str:
     lines.append("stages")
     width = max(len(s.name) for s in recipe.stages)
     for stage in recipe.ordered_stages():
-        target = stage.operator or stage.entrypoint or " ".join(stage.command or ())
+        target = " ".join(stage.command or ()) if stage.runs_command or stage.command else stage.operator or stage.entrypoint
         extra = f"  needs {', '.join(stage.needs)}" if stage.needs else ""
         override = stage.policy_override()
         if override:
@@ -81,7 +82,7 @@ def validate(
     recipe, overrides = recipe_and_overrides(recipe_word, overrides)
     loaded = load_recipe(recipe, tuple(overrides or ()))
     problems: list[str] = []
-    rows: list[SubjectRow] = []
+    rows: Sequence[SubjectRow] = ()
     with OperatorCheck.start(loaded) as operators:  # imports in a child while the manifest loads
         try:
             rows = load_subjects(loaded)

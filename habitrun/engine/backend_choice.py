@@ -7,17 +7,20 @@ gets a fresh one.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
 from habitrun.engine.contract import Backend
 from habitrun.spec.policy import RunPolicy
 
+log = logging.getLogger(__name__)
+
 # Policy fields the engine applies itself; a change in these keeps the workers.
 ENGINE_ONLY_FIELDS = frozenset({
     "on_subject_failure", "auto_retry_rounds", "auto_retry_on", "resume", "retry_failed_subjects",
     "force_rerun_subjects", "clear_checkpoint_on_success", "strict_checkpoint_hash",
-    "checkpoint_dir",
+    "checkpoint_dir", "memory_hint",
 })
 
 
@@ -59,10 +62,17 @@ class BackendPool:
     def for_policy(self, policy: RunPolicy) -> Backend:
         shape = worker_shape(policy)
         if self.current is not None and shape == self._shape:
+            log.debug("backend: the %s backend kept (same worker shape)", self.current.name)
             return self.current
+        if self.current is not None:
+            changed = sorted(k for k in shape if self._shape is not None and shape[k] != self._shape.get(k))
+            log.debug("backend: the %s backend closed: %s changed", self.current.name, ", ".join(changed))
         self.close()
         self.current = make_backend(policy, self.workspace)
         self._shape = shape
+        log.debug("backend: %s with %d worker(s) (backend=%s, workers=%d, parallel_mode=%s, start_method=%s)",
+                  self.current.name, self.current.effective_workers, policy.backend, policy.workers,
+                  policy.parallel_mode, policy.start_method)
         self.notes += self.current.notes()
         return self.current
 

@@ -14,6 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from habitrun.engine.control import StopFlag
+from habitrun.engine.usage import Usage
+from habitrun.spec.failures import FailureKind
+
+__all__ = ["Backend", "FailureKind", "OperatorRef", "ReportFn", "RunningSubject", "SubjectOutcome", "SubjectTask"]
 
 
 @dataclass(frozen=True)
@@ -42,21 +46,6 @@ class SubjectTask:
     attempt: int = 1
 
 
-class FailureKind:
-    """Why a subject failed; stored in its record and shown by `status`."""
-
-    EXCEPTION = "exception"
-    TIMEOUT = "timeout"
-    SPAWN_TIMEOUT = "spawn_timeout"
-    OOM = "oom"
-    WORKER_DIED = "worker_died"
-    NO_REPORT = "no_report"
-    UNPICKLABLE = "unpicklable"
-    DISK_FULL = "disk_full"  # the subject met a full disk: the machine's fault, never recorded
-    SKIPPED = "skipped"  # upstream failed: not an error of its own
-    INTERRUPTED = "interrupted"
-
-
 @dataclass(slots=True, kw_only=True)
 class SubjectOutcome:
     """A task's result or failure, as reported by a backend."""
@@ -69,7 +58,7 @@ class SubjectOutcome:
     traceback: str | None = None
     duration_sec: float = 0.0
     worker_pid: int | None = None
-    usage: tuple | None = None  # habitrun.engine.usage.Usage, measured where the subject ran; None if it died
+    usage: Usage | None = None  # measured where the subject ran; None if it died
 
 
 ReportFn = Callable[[list[SubjectOutcome]], None]
@@ -89,6 +78,7 @@ class Backend(abc.ABC):
 
     name: str = "abstract"
     scratch_dir: str | None = None  # where workers keep scratch files (the run folder); None: the temp dir
+    forecast: Any = None  # the stage's peak-memory model (planner.memory_model), for a memory budget
 
     @abc.abstractmethod
     def run_tasks(

@@ -17,9 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from habitrun.engine.command.params import operator_params
 from habitrun.engine.contract import OperatorRef, SubjectTask
 from habitrun.engine.invoke import BoundOperator, bind_operator
+from habitrun.engine.map_stage import MapStage
 from habitrun.engine.stage_inputs import StageInputs
+from habitrun.engine.stage_kinds import kind_of
 from habitrun.errors import UsageError
 from habitrun.planner.context import build_context
 from habitrun.planner.plan import GROUP_SUBJECT, StagePlan, SubjectStatus, plan_stage
@@ -69,14 +72,15 @@ class SubjectDebugger:
         wanted = _with_needs(self.recipe.ordered_stages(), {s.name for s in stages})
         # A group stage's key covers its members: planned over every subject. Otherwise the
         # subject's keys depend on its own row only, and the subject alone is planned.
-        planned_over = subjects if any(s.kind != "map" for s in wanted) else [row]
+        planned_over = subjects if any(kind_of(s).one_result for s in wanted) else [row]
         context = build_context(loaded, planned_over, store, save=False)
         self.plans: dict[str, StagePlan] = {}
         for stage in wanted:
             self.plans[stage.name] = plan_stage(self.recipe, stage.name, planned_over, self.plans, store,
                                                 context.stages[stage.name].fingerprint, context=context)
         self.inputs = StageInputs(rows={row.id: row}, plans=self.plans, run_root=loaded.run_root(),
-                                  run=NoLogFolder(loaded.run_root()), read=self.read)
+                                  run=NoLogFolder(loaded.run_root()), read=self.read,
+                                  one_result=lambda need: kind_of(self.recipe.stage(need)).one_result)
 
     def read(self, need: str, keys: list[str]) -> dict[str, Any]:
         """Upstream results: computed in this session first, else the store's."""
@@ -92,17 +96,19 @@ class SubjectDebugger:
         plan = self.plans[stage.name]
         for need in stage.needs:
             up = self.plans[need]
-            key = up.keys[GROUP_SUBJECT if up.is_group else sid]
-            state = up.status.get(GROUP_SUBJECT if up.is_group else sid)
+            one = GROUP_SUBJECT if kind_of(up).one_result else sid
+            key, state = up.keys[one], up.status.get(one)
             if key not in self.computed and state is not SubjectStatus.DONE:
                 raise UsageError(_missing_text(self.loaded, sid, stage.name, need, up, state))
-        [task] = self.inputs.map_tasks(stage, plan, [sid])
+        [task] = kind_of(stage).tasks(self.inputs, stage, plan, [sid])
         return Attempt(stage, plan.keys[sid], plan.status[sid], task)
 
     def bind(self, stage: StageSpec) -> BoundOperator:
         """The stage's operator, imported (and a class instantiated with its params) as a worker binds it."""
-        return bind_operator(OperatorRef(stage=stage.name, path=stage.operator or "", params=dict(stage.params),
-                                         kind="map", search_path=self.loaded.search_path))
+        return bind_operator(OperatorRef(stage=stage.name, path=stage.operator or "",
+                                         params=operator_params(stage, self.loaded.recipe, self.loaded.root,
+                                                                self.loaded.run_root()),
+                                         kind=MapStage.operator_call, search_path=self.loaded.search_path))
 
     def call(self, bound: BoundOperator, attempt: Attempt) -> tuple[Any, float]:
         """Call the operator on the task (its exceptions propagate, untouched); the result and seconds taken."""
@@ -136,7 +142,7 @@ def _with_needs(ordered: list[StageSpec], names: set[str]) -> list[StageSpec]:
 def _missing_text(loaded: LoadedRecipe, sid: str, stage: str, need: str, up: StagePlan,
                   state: SubjectStatus | None) -> str:
     what = state.value if state is not None else "unknown"
-    if up.kind == "map":
+    if not kind_of(up).one_result:
         first = f"habitrun debug {loaded.path} {sid} --stage {need} --store"
         return (f"stage {stage!r} needs the result of stage {need!r} for subject {sid}, which is not stored "
                 f"({need}: {what}); run that stage first: `{first}` (or `habitrun run {loaded.path}`)")
@@ -151,14 +157,14 @@ def stages_to_debug(loaded: LoadedRecipe, only: str | None,
     recipe = loaded.recipe
     ordered = recipe.ordered_stages()
     if only is None:
-        return [s for s in ordered if s.kind == "map"]
+        return [s for s in ordered if kind_of(s).debuggable]
     names = [s.name for s in ordered]
     if only not in names:
         near = close(only, names)
         hint = f"; did you mean {', '.join(near)}?" if near else f" (its stages: {', '.join(names)})"
         raise UsageError(f"no stage {only!r} in {loaded.path}{hint}")
     stage = recipe.stage(only)
-    if stage.kind != "map":
+    if not kind_of(stage).debuggable:
         raise UsageError(f"stage {only!r} is a {stage.kind} stage: `habitrun debug` runs one subject's map "
                          f"stages; run it with `habitrun run {loaded.path}`")
     return [stage]

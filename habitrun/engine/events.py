@@ -50,13 +50,14 @@ def _layout(event_fields: tuple[Field, ...]) -> tuple[Callable[[Any], tuple], tu
 
 
 def _event(kind: str) -> Callable[[type[E]], type[E]]:
-    """Register a kw-only, slotted event dataclass under ``kind``."""
+    """Register an event dataclass (kw-only and slotted, declared as such) under ``kind``."""
 
     def register(cls: type[E]) -> type[E]:
-        cls = dataclass(slots=True, kw_only=True)(cls)
+        if "__dataclass_fields__" not in vars(cls):
+            raise TypeError(f"event {cls.__name__} must be declared @dataclass(slots=True, kw_only=True)")
         cls.EVENT = kind
         EVENT_TYPES[kind] = cls
-        _LAYOUT[cls] = _layout(fields(cls))
+        _LAYOUT[cls] = _layout(fields(cls))  # type: ignore[arg-type]  # a dataclass since the line above
         return cls
 
     return register
@@ -70,11 +71,13 @@ class Event:
 
 
 @_event("warning")
+@dataclass(slots=True, kw_only=True)
 class RunWarning(Event):
     message: str
 
 
 @_event("run_started")
+@dataclass(slots=True, kw_only=True)
 class RunStarted(Event):
     run_id: str
     recipe: str
@@ -85,6 +88,7 @@ class RunStarted(Event):
 
 
 @_event("run_finished")
+@dataclass(slots=True, kw_only=True)
 class RunFinished(Event):
     outcome: str
     exit_code: int
@@ -96,6 +100,7 @@ class RunFinished(Event):
 
 
 @_event("stage_started")
+@dataclass(slots=True, kw_only=True)
 class StageStarted(Event):
     stage: str
     kind: str  # the stage's: map, collect or train
@@ -107,6 +112,7 @@ class StageStarted(Event):
 
 
 @_event("stage_finished")
+@dataclass(slots=True, kw_only=True)
 class StageFinished(Event):
     stage: str
     total: int
@@ -115,6 +121,18 @@ class StageFinished(Event):
     failed: int
     skipped: int
     not_run: int = 0
+
+
+@_event("stage_published")
+@dataclass(slots=True, kw_only=True)
+class StagePublished(Event):
+    """A stage's current result files were published into the study (engine/publish.py)."""
+
+    stage: str
+    folder: str
+    files: int
+    written: int
+    removed: int
 
 
 @dataclass(slots=True, kw_only=True)
@@ -138,11 +156,13 @@ class _Attempt(Event):
 
 
 @_event("subject_done")
+@dataclass(slots=True, kw_only=True)
 class SubjectDone(_Attempt):
     pass
 
 
 @_event("subject_failed")
+@dataclass(slots=True, kw_only=True)
 class SubjectFailed(_Attempt):
     kind: str | None
     error: str | None
@@ -162,6 +182,7 @@ def as_failed(done: SubjectDone, *, kind: str | None, error: str | None, log: st
 
 
 @_event("subject_skipped")
+@dataclass(slots=True, kw_only=True)
 class SubjectSkipped(Event):
     stage: str
     subject: str
@@ -172,6 +193,7 @@ RETRY_NAMED = 5  # subjects a retry round names (the console says "and N more")
 
 
 @_event("retry_round")
+@dataclass(slots=True, kw_only=True)
 class RetryRound(Event):
     stage: str
     subjects: int
@@ -181,6 +203,7 @@ class RetryRound(Event):
 
 
 @_event("checkpoint_cleared")
+@dataclass(slots=True, kw_only=True)
 class CheckpointCleared(Event):
     stage: str
     records: int
@@ -188,6 +211,7 @@ class CheckpointCleared(Event):
 
 
 @_event("large_result")
+@dataclass(slots=True, kw_only=True)
 class LargeResult(Event):
     """A stored result over ``limit_mb`` (engine/recorder.py): shown once per stage, for its first such subject."""
 
@@ -198,6 +222,7 @@ class LargeResult(Event):
 
 
 @_event("train_started")
+@dataclass(slots=True, kw_only=True)
 class TrainStarted(Event):
     stage: str
     nproc_per_node: int
@@ -205,6 +230,7 @@ class TrainStarted(Event):
 
 
 @_event("stopping")
+@dataclass(slots=True, kw_only=True)
 class Stopping(Event):
     """What a stop signal waits for (engine/stopnotice.py); ``now`` only on the second signal's."""
 
@@ -218,6 +244,7 @@ class Stopping(Event):
 
 
 @_event("console")
+@dataclass(slots=True, kw_only=True)
 class ConsoleLine(Event):
     """A line a train stage's rank printed (shown, never written to the events file)."""
 
@@ -227,7 +254,7 @@ class ConsoleLine(Event):
 def event_dict(event: Event) -> dict[str, Any]:
     """The JSON object an event is written as: ``event`` first, then its set fields in order."""
     if event.__class__ is SubjectDone:
-        return subject_done_dict(event)  # type: ignore[arg-type]
+        return subject_done_dict(event)
     return fields_dict(event)
 
 
@@ -263,7 +290,7 @@ def parse_event(data: dict[str, Any]) -> Event | None:
     if cls is None:
         return None
     values: dict[str, Any] = {}
-    for f in fields(cls):
+    for f in fields(cls):  # type: ignore[arg-type]  # every registered event class is a dataclass
         if f.name in data:
             values[f.name] = data[f.name]
         elif f.default is MISSING:

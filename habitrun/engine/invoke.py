@@ -106,7 +106,7 @@ class _FdScratch:
         os.dup2(self.fd, 2)
         for name, fd in (("stdout", 1), ("stderr", 2)):
             stream = getattr(sys, name)
-            if stream is not None and stream is self.checked.get(name) and not stream.closed:
+            if stream is not None and stream is self.checked.get(name) and not getattr(stream, "closed", True):
                 continue  # as checked before the last subject (this runs once per subject)
             if not _writes_to(stream, fd):
                 stream = open(fd, "w", closefd=False, errors="backslashreplace")  # noqa: SIM115

@@ -40,7 +40,7 @@ class StageLedger:
         self.queued_at: float | None = None  # when the current round was handed to the backend
         self._records: list[Record] = []
         self._events: list[Event] = []
-        self._trace: list[tuple] = []
+        self._trace: list[tuple] = []  # TraceRow's fields, as plain tuples (engine/tracing.py)
 
     def record(self, task: SubjectTask, outcome: SubjectOutcome) -> Record:
         """The store record of an outcome."""

@@ -1,4 +1,4 @@
-"""Map and collect stages: tasks through the backend in retry rounds, each outcome booked as it arrives.
+"""Map and collect stages (kinds): tasks through the backend in retry rounds, each outcome booked as it arrives.
 
 The backend only turns tasks into outcomes. Here each batch of outcomes is
 decided: a success or a final failure goes to the stage's ledger; a failure
@@ -10,22 +10,25 @@ failure.
 from __future__ import annotations
 
 import errno
+import logging
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import ClassVar
 
+from habitrun.engine.command.params import operator_params
 from habitrun.engine.contract import FailureKind, OperatorRef, SubjectOutcome, SubjectTask
 from habitrun.engine.control import StopFlag
 from habitrun.engine.events import RETRY_NAMED, RetryRound, RunWarning
 from habitrun.engine.ledger import StageLedger
+from habitrun.engine.run_context import RunContext
+from habitrun.engine.stage_inputs import StageInputs
+from habitrun.engine.stage_kind import OneResultKind, StageKind
 from habitrun.engine.write_failure import WriteFailure
 from habitrun.planner.plan import StagePlan
-from habitrun.spec.gcpause import gc_paused
 from habitrun.spec.policy import RunPolicy
 from habitrun.spec.recipe import StageSpec
 
-if TYPE_CHECKING:
-    from habitrun.engine.runner import StudyRunner
+log = logging.getLogger(__name__)
 
 
 class RetryRounds:
@@ -55,11 +58,16 @@ class RetryRounds:
             # Once a stop is asked for, a failure with attempts left is not run (a resume
             # runs it), never a recorded failure: its last chance was taken by the stop.
             elif outcome.task.attempt > self.rounds or self.fail_fast or not self.policy.retries(outcome.kind):
+                log.debug("stage %s: %s#%d failed (%s), final: retry rounds %d, fail_fast %s, auto_retry_on %s",
+                          ledger.stage, outcome.task.subject_id, outcome.task.attempt, outcome.kind, self.rounds,
+                          self.fail_fast, ",".join(self.policy.auto_retry_on))
                 ledger.failed(outcome, now)
                 if self.fail_fast and not self.stop.is_set():
                     self.stop.set(f"fail_fast: subject {outcome.task.subject_id} failed in stage "
                                   f"{ledger.stage!r}: {outcome.error}")
             else:
+                log.debug("stage %s: %s#%d failed (%s), retried as attempt %d", ledger.stage,
+                          outcome.task.subject_id, outcome.task.attempt, outcome.kind, outcome.task.attempt + 1)
                 ledger.retrying(outcome, now)
                 self.retry.append(replace(outcome.task, attempt=outcome.task.attempt + 1))
                 kind = str(outcome.kind)
@@ -73,26 +81,67 @@ class RetryRounds:
             f"No space left on device (subject {sid} of stage {stage}: {outcome.error})")))
 
 
-def run_on_backend(runner: StudyRunner, stage: StageSpec, plan: StagePlan, policy: RunPolicy,
+class MapStage(StageKind):
+    """Per subject: one task per subject to run, on the stage's backend, in retry rounds."""
+
+    name = "map"
+    one_result = False
+    on_backend = True
+    debuggable = True
+    operator_call: ClassVar[str] = "map"  # how invoke.py calls the operator (OperatorRef.kind)
+
+    def tasks(self, inputs: StageInputs, stage: StageSpec, plan: StagePlan, to_run: list[str]) -> list[SubjectTask]:
+        return inputs.map_tasks(stage, plan, to_run)
+
+    def run(self, ctx: RunContext, stage: StageSpec, plan: StagePlan, to_run: list[str],
+            ledger: StageLedger) -> None:
+        run_on_backend(ctx, self, self.operator_call, stage, plan, to_run, ledger)
+
+
+class CollectStage(OneResultKind):
+    """All members' results into one: one task, on the stage's backend, in retry rounds."""
+
+    name = "collect"
+    on_backend = True
+    operator_call: ClassVar[str] = "collect"
+
+    def tasks(self, inputs: StageInputs, stage: StageSpec, plan: StagePlan, to_run: list[str]) -> list[SubjectTask]:
+        return [inputs.group_task(stage, plan)]
+
+    def run(self, ctx: RunContext, stage: StageSpec, plan: StagePlan, to_run: list[str],
+            ledger: StageLedger) -> None:
+        run_on_backend(ctx, self, self.operator_call, stage, plan, to_run, ledger)
+
+
+def run_on_backend(ctx: RunContext, kind: StageKind, call: str, stage: StageSpec, plan: StagePlan,
                    to_run: list[str], ledger: StageLedger) -> None:
-    """Run a map or collect stage's subjects to their end (or the stop), round after round."""
-    op = OperatorRef(stage=stage.name, path=stage.operator or "", params=dict(stage.params),
-                     kind="collect" if stage.kind == "collect" else "map", search_path=runner.loaded.search_path)
-    backend = runner.current_backend = runner.backends.for_policy(policy)
-    runner.events.emit_many([RunWarning(message=note) for note in runner.backends.take_notes()])
-    backend.scratch_dir = str(runner.run.path / "scratch")  # subject output never leaves the run folder
-    with gc_paused():  # tens of thousands of tasks, no cycles: the collector would only walk them
-        pending = runner.inputs.tasks(stage, plan, to_run)
-    rounds = RetryRounds(policy=policy, ledger=ledger, stop=runner.stop, write_failure=runner.write_failure,
-                         run_path=str(runner.run.path))
-    while pending and not runner.stop.is_set():
+    """Run a stage's tasks (``kind.tasks``) to their end (or the stop), round after round, on its backend."""
+    policy = ctx.recipe.stage_policy(stage.name)
+    op = OperatorRef(stage=stage.name, path=stage.operator or "",
+                     params=operator_params(stage, ctx.recipe, ctx.study_root, ctx.inputs.run_root),
+                     kind=call, search_path=ctx.search_path)
+    backend = ctx.now.backend = ctx.backends.for_policy(policy)
+    ctx.events.emit_many([RunWarning(message=note) for note in ctx.backends.take_notes()])
+    backend.scratch_dir = str(ctx.run.path / "scratch")  # subject output never leaves the run folder
+    pending = kind.tasks(ctx.inputs, stage, plan, to_run)
+    forecast, warning = ctx.forecast(stage, plan, policy, pending, backend)  # a memory budget's predictions
+    if warning:
+        ctx.tally.warnings.append(warning)
+        ctx.events.emit(RunWarning(message=warning))
+    backend.forecast = forecast
+    stop = ctx.stop
+    rounds = RetryRounds(policy=policy, ledger=ledger, stop=stop, write_failure=ctx.write_failure,
+                         run_path=str(ctx.run.path))
+    while pending and not stop.is_set():
         rounds.retry, rounds.kinds = [], {}
         ledger.queued_at = time.time()  # when this round's tasks were handed to the backend
-        backend.run_tasks(op, pending, rounds.report, runner.stop)
+        log.debug("stage %s: %d task(s) to the %s backend (attempt %d)", stage.name, len(pending), backend.name,
+                  pending[0].attempt)
+        backend.run_tasks(op, pending, rounds.report, stop)
         ledger.settle()
-        if rounds.retry and not runner.stop.is_set():
-            runner.events.emit(RetryRound(stage=stage.name, subjects=len(rounds.retry),
-                                          attempt=rounds.retry[0].attempt,
-                                          subject_ids=[t.subject_id for t in rounds.retry[:RETRY_NAMED]],
-                                          kinds=dict(rounds.kinds)))
+        if rounds.retry and not stop.is_set():
+            ctx.events.emit(RetryRound(stage=stage.name, subjects=len(rounds.retry),
+                                       attempt=rounds.retry[0].attempt,
+                                       subject_ids=[t.subject_id for t in rounds.retry[:RETRY_NAMED]],
+                                       kinds=dict(rounds.kinds)))
         pending = rounds.retry

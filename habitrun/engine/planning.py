@@ -7,6 +7,8 @@ earlier run stored and this one does not retry become recorded failure lines.
 
 from __future__ import annotations
 
+import logging
+from collections import Counter
 from collections.abc import Sequence
 
 from habitrun.engine.run_summary import FailureLine
@@ -15,6 +17,8 @@ from habitrun.planner.plan import StagePlan, SubjectStatus, plan_stage
 from habitrun.spec.recipe import Recipe, StageSpec
 from habitrun.spec.subjects import SubjectRow
 from habitrun.store.checkpoint import CheckpointStore
+
+log = logging.getLogger(__name__)
 
 
 class StagePlanner:
@@ -40,6 +44,8 @@ class StagePlanner:
             self.store.adopt([(old, plan.keys[sid], plan.components_json(sid)) for sid, old in plan.adopted.items()])
             plan.adopted.clear()
         self.plans[stage.name] = plan
+        if log.isEnabledFor(logging.DEBUG):
+            _log_plan(stage.name, plan)
         return plan
 
     def plan_for(self, stage: StageSpec) -> StagePlan:
@@ -91,3 +97,13 @@ class StagePlanner:
                                      state.kind if state else None, state.log_path if state else None,
                                      recorded=True))
         return lines
+
+
+def _log_plan(stage: str, plan: StagePlan) -> None:
+    """What the planner decided for a stage: subjects per status, and the most common reasons."""
+    statuses = Counter(status.value for status in plan.status.values())
+    reasons = Counter(reasons[0] for reasons in plan.reasons.values() if reasons)
+    log.debug("plan %s: %s; to run: %d", stage, ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())),
+              len(plan.to_run()))
+    for reason, n in reasons.most_common(5):
+        log.debug("plan %s: %d subject(s): %s", stage, n, reason)

@@ -41,6 +41,7 @@ every ``CHECKPOINT_EVERY_RECORDS``, at a moment when no flush is waiting.
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import time
@@ -52,9 +53,10 @@ from habitrun.engine.contract import FailureKind
 from habitrun.engine.events import Event, LargeResult, SubjectDone, as_failed
 from habitrun.store.checkpoint import CheckpointStore, Record, UnstorableResult
 from habitrun.store.journal import RunJournal
-from habitrun.store.trace import COL
+from habitrun.store.trace import TraceRow
 
 EmitFn = Callable[[list[Event]], None]
+log = logging.getLogger(__name__)
 _FLUSH = object()
 _STOP = object()
 GROUP_COMMIT_SEC = 0.2  # at most this long between an outcome's arrival and its commit
@@ -88,7 +90,8 @@ class Recorder:
         return self._error
 
     def submit(self, records: list[Record], events: list[Event], trace: list[tuple] | None = None) -> None:
-        """Journal outcomes, then queue them (and their trace rows, store/trace.py) to be stored, then
+        """Journal outcomes, then queue them (and their trace rows: store/trace.py's TraceRow fields, as plain
+        tuples) to be stored, then
         reported; once a write failed, only journaled."""
         seq = 0
         if records and self.journal is not None:
@@ -184,6 +187,9 @@ class Recorder:
                     events = [_as_unstorable_event(event, bad, message) for event in events]
                     trace = [_as_unstorable(row, bad, message) for row in trace]
             self.stored += len(records)
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("commit: %d record(s), %d trace row(s), journal batch %d; %d stored by this run",
+                          len(records), len(trace), seq, self.stored)
             if seq and self.journal is not None:
                 self.journal.committed(seq, self.stored)
             for rec in records:
@@ -217,9 +223,7 @@ def _as_unstorable_event(event: Event, bad: Record, message: str) -> Event:
 
 def _as_unstorable(row: tuple, bad: Record, message: str) -> tuple:
     """The trace row of a success whose result could not be stored: a failure, as its record."""
-    if row[COL["key"]] != bad.key or row[COL["outcome"]] != "done" or row[COL["stage"]] != bad.stage:
+    named = TraceRow._make(row)
+    if named.key != bad.key or named.outcome != "done" or named.stage != bad.stage:
         return row
-    fixed = list(row)
-    fixed[COL["outcome"]], fixed[COL["kind"]], fixed[COL["error"]] = "failed", FailureKind.UNPICKLABLE, message
-    fixed[COL["log"]] = bad.log_path
-    return tuple(fixed)
+    return tuple(named._replace(outcome="failed", kind=FailureKind.UNPICKLABLE, error=message, log=bad.log_path))

@@ -17,12 +17,15 @@ store cleanly; until then they are examined again by the next command.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from pathlib import Path
 
 from habitrun.errors import LostRecordsError, StoreError
 from habitrun.store.checkpoint import CheckpointStore
 from habitrun.store.recovery import Recovery, examine, unsettled
+
+log = logging.getLogger(__name__)
 
 
 def recover(store: CheckpointStore, run_root: Path, *, accept_loss: bool) -> tuple[Recovery, list[str]]:
@@ -39,6 +42,8 @@ def recover(store: CheckpointStore, run_root: Path, *, accept_loss: bool) -> tup
         warnings.append(f"{len(bad)} committed record(s) lost for good were accepted (--accept-loss): "
                         "their subjects run again")
     records, trace = recovery.records(), recovery.trace()
+    log.debug("recovery: %d unsettled journal(s); %d record(s) to store again, %d lost for good", len(recovery.journals),
+              len(records), len(bad))
     if records:
         try:
             store.put(records, trace)

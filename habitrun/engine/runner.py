@@ -3,7 +3,8 @@
 The runner owns what is the same whatever backend runs the subjects: the
 lock, the run folder and its provenance, the run's end (outcome, exit code,
 clearing the checkpoint on success). Planning is in planning.py, a stage's
-run in stages.py (map_stage.py, train_stage.py), the booking of outcomes in
+run in stages.py through its kind (stage_kinds.py), which gets a narrow
+RunContext (run_context.py), never the runner; the booking of outcomes in
 ledger.py, the events in events.py and event_stream.py.
 """
 
@@ -18,17 +19,22 @@ from typing import Any
 
 from habitrun.engine.backend_choice import BackendPool
 from habitrun.engine.control import StopFlag
+from habitrun.engine.debuglog import attach_run_folder, debug_run
+from habitrun.engine.environment_lock import stage_packages, write_lock
 from habitrun.engine.event_stream import EventStream, Observer
 from habitrun.engine.events import CheckpointCleared, RunFinished, RunStarted, RunWarning, Stopping
+from habitrun.engine.memory_forecast import Forecaster
 from habitrun.engine.planning import StagePlanner
 from habitrun.engine.recorder import Recorder
 from habitrun.engine.recovering import recover
+from habitrun.engine.run_context import NowRunning, RunContext, RunTally
 from habitrun.engine.run_summary import FailureLine, RunSummary, StageCounts
 from habitrun.engine.running_file import RunningFile
 from habitrun.engine.selection import stages_for, unknown_ids
 from habitrun.engine.signals import exit_code_for, signal_name, stop_on_signals
 from habitrun.engine.stage_inputs import GROUP_FILE_NAME, StageInputs, group_workdir
-from habitrun.engine.stages import read_results, refusal, run_stage
+from habitrun.engine.stage_kinds import kind_of
+from habitrun.engine.stages import Stages, refusal
 from habitrun.engine.stopnotice import StopNotices
 from habitrun.engine.write_failure import WriteFailure
 from habitrun.errors import (
@@ -43,6 +49,7 @@ from habitrun.planner.plan import GROUP_SUBJECT, StagePlan, SubjectStatus
 from habitrun.spec.discover import write_table
 from habitrun.spec.loader import LoadedRecipe
 from habitrun.spec.recipe import StageSpec
+from habitrun.spec.roots import declared_roots
 from habitrun.spec.subjects import SubjectRow, load_subjects, rows_by_id
 from habitrun.store.checkpoint import CheckpointStore
 from habitrun.store.cohort import Cohort
@@ -100,10 +107,10 @@ def run_study(
     store_dir = loaded.store_dir()
     ensure_folder(loaded.run_root())
     ensure_folder(store_dir.parent)
-    with StoreLock(lock_path_for(store_dir)):
+    with debug_run(), StoreLock(lock_path_for(store_dir)):
         empty = empty_store_file(store_dir)
         store = CheckpointStore.open(store_dir)
-        store.set_roots(loaded.run_root(), loaded.root)
+        store.set_roots(loaded.run_root(), loaded.root, declared_roots(loaded).data)
         store.verify_rows = True  # a run plans each stage with every stored result checked
         settled: list[Path] = []  # journals to delete once the store is closed cleanly
         runner: StudyRunner | None = None
@@ -163,22 +170,17 @@ class StudyRunner:
         self.write_failure = WriteFailure(stop)  # the first folder that refused a write
         self.events = EventStream(observer, self.write_failure)
         self.planner: StagePlanner
-        self.inputs: StageInputs
+        self.stages: Stages  # runs each stage through its kind, with the run's context
         self.recorder: Recorder
         self.run: RunFolder
         self.journal: RunJournal | None = None
-        self.counts: dict[str, StageCounts] = {}
-        self.failures: list[FailureLine] = []
-        self.group_results: dict[str, Any] = {}
-        self.warnings: list[str] = []
-        self.finished: dict[str, set[str]] = {}  # stage -> subjects with an outcome in this run
-        self.retried: dict[str, set[str]] = {}  # stage -> subjects that succeeded after a failed attempt
+        self.tally = RunTally()  # counts, failures, warnings, ... filled stage by stage
+        self.counts = self.tally.counts
+        self.failures = self.tally.failures
+        self.warnings = self.tally.warnings
         self.selected: list[StageSpec] = loaded.recipe.ordered_stages()
-        self.current_stage: StageSpec | None = None
-        self.current_backend: Any = None
-        self.recomputing: set[str] = set()  # stages recomputing unreadable stored results
+        self.now = NowRunning()  # the stage running now and its backend
         self.cohort = Cohort.of(subjects)  # who was found, left out before the run and why
-        self.refused: list[str] = []  # group stages refused on a partial cohort (require_complete_cohort)
 
     @property
     def plans(self) -> dict[str, StagePlan]:
@@ -212,12 +214,13 @@ class StudyRunner:
 
     def cohort_refused_ahead(self) -> bool:
         """Whether a run with nothing to do would refuse a collect or train stage (require_complete_cohort)."""
-        return any(stage.name in self.plans and refusal(self, stage, self.plans[stage.name]) is not None
+        return any(stage.name in self.plans
+                   and refusal(self.recipe, self.cohort, self.subjects, stage, self.plans[stage.name]) is not None
                    for stage in self.selected)
 
     def warm_backend(self) -> None:
         """Start the first map or collect stage's backend booting its workers (see Backend.warm)."""
-        first = next((s for s in self.selected if s.kind != "train"), None)
+        first = next((s for s in self.selected if kind_of(s).on_backend), None)
         if first is not None:
             self.backends.warm(self.recipe.stage_policy(first.name))
 
@@ -249,9 +252,15 @@ class StudyRunner:
         self.recorder = Recorder(self.store, self.events.emit_many,
                                  on_failure=lambda exc: self.write_failure.note(self.store.directory, exc),
                                  journal=self.journal)
-        self.inputs = StageInputs(rows=rows_by_id(self.subjects), plans=self.plans,
-                                  run_root=self.run_root, run=self.run,
-                                  read=lambda need, keys: read_results(self, need, keys))
+        inputs = StageInputs(rows=rows_by_id(self.subjects), plans=self.plans, run_root=self.run_root, run=self.run,
+                             read=lambda need, keys: self.stages.read_results(need, keys),
+                             one_result=lambda need: kind_of(self.recipe.stage(need)).one_result)
+        context = RunContext(recipe=self.recipe, search_path=self.loaded.search_path, store=self.store,
+                             recorder=self.recorder, events=self.events, stop=self.stop, run=self.run,
+                             backends=self.backends, inputs=inputs, write_failure=self.write_failure,
+                             tally=self.tally, now=self.now, study_root=self.loaded.root,
+                             forecast=Forecaster(self.loaded, self.store, self.subjects, inputs.rows))
+        self.stages = Stages(context, self.planner, self.cohort, self.subjects)
         notices = StopNotices(self.stop, self.events.emit, self.stopping_facts)
         error = self.run_stages()
         notices.close()
@@ -267,6 +276,7 @@ class StudyRunner:
             argv=self.argv,
             operator_modules=_operator_modules(self.recipe.stages),
             backend={"backend": self.recipe.policy.backend, "workers": self.recipe.policy.workers},
+            operator_packages=stage_packages(self.planner.context),
         )
         provenance.update({
             "recipe_name": self.recipe.name,
@@ -284,7 +294,13 @@ class StudyRunner:
             provenance=provenance,
             reserve=RESERVE_BYTES + 1024 * len(self.recipe.stages),  # the end's summary: lines per stage
         )
+        try:
+            write_lock(self.run.path, git=provenance.get("git") or {}, context=self.planner.context,
+                       subjects=self.subjects)
+        except StoreError as exc:  # the run goes on: `diff` and `export` say what is missing
+            self.warnings.append(f"{exc.message}; `habitrun diff` and `habitrun export` will lack it")
         self.events.attach(self.run)
+        attach_run_folder(self.run.path)
         self.write_found_subjects()
         return resumed
 
@@ -338,7 +354,7 @@ class StudyRunner:
             for stage in self.selected:
                 if self.stop.is_set():
                     break
-                run_stage(self, stage)
+                self.stages.run(stage)
         except (WorkerStartError, OperatorBindError) as exc:  # run-level: recorded as the run's end, then reported (exit 2)
             error = exc
         finally:
@@ -352,20 +368,19 @@ class StudyRunner:
 
     def running_now(self) -> tuple[str | None, Any]:
         """The stage running now and its backend (read by the running file's thread)."""
-        stage, backend = self.current_stage, self.current_backend
+        stage, backend = self.now.stage, self.now.backend
         return (stage.name if stage is not None else None), backend
 
     def stopping_facts(self) -> Stopping:
         """The ``stopping`` notice: what a stop signal now waits for."""
-        stage, backend = self.current_stage, self.current_backend
+        stage, backend = self.now.stage, self.now.backend
         facts = Stopping(signal=signal_name(self.stop.signum), stage=stage.name if stage else None,
                          kind=stage.kind if stage else None, backend=backend.name if backend is not None else None)
         if stage is not None:
             facts.grace_sec = self.recipe.stage_policy(stage.name).graceful_shutdown_sec
-            if stage.kind == "train":
-                facts.running = stage.launch.nproc_per_node if stage.launch else 1
-            elif backend is not None:
-                facts.running = backend.running()
+            running = kind_of(stage).running(stage, backend)
+            if running is not None:
+                facts.running = running
         return facts
 
     # ------------------------------------------------------------------ the run's end
@@ -385,7 +400,7 @@ class StudyRunner:
         self.events.emit(RunFinished(outcome=outcome, exit_code=exit_code, **summary))
         try:
             self.run.finish(outcome, {**summary, "members": self.members(),  # the cohort each group stage took
-                                      **({"cohort_refused": self.refused} if self.refused else {})})
+                                      **({"cohort_refused": self.tally.refused} if self.tally.refused else {})})
             self.run.events.close()
         except OSError as exc:  # the disk filled at the very end
             self.write_failure.note(self.run.path, exc)
@@ -393,7 +408,7 @@ class StudyRunner:
         if error is not None:
             raise error
         return RunSummary(self.run, outcome, exit_code, self.counts, self.failures, self.stop.reason,
-                          self.warnings, self.group_results, self.outputs(), cohort=self.cohort,
+                          self.warnings, self.tally.group_results, self.outputs(), cohort=self.cohort,
                           members=self.members())
 
     def raise_if_unwritable(self, started: float) -> None:
@@ -425,13 +440,13 @@ class StudyRunner:
                         self.journal.forgotten(list(plan.keys.values()))
                     removed = self.store.discard(plan.keys.values())
                     self.events.emit(CheckpointCleared(stage=stage.name, records=removed,
-                                                       retried=len(self.retried.get(stage.name, ()))))
+                                                       retried=len(self.tally.retried.get(stage.name, ()))))
 
     def stored_group_results(self) -> dict[str, Any]:
         out = {}
         for stage in self.selected:
             plan = self.plans.get(stage.name)
-            if stage.kind != "map" and plan is not None and plan.status.get(GROUP_SUBJECT) == SubjectStatus.DONE:
+            if kind_of(stage).one_result and plan is not None and plan.status.get(GROUP_SUBJECT) == SubjectStatus.DONE:
                 key = plan.keys[GROUP_SUBJECT]
                 out[stage.name] = self.store.results([key]).get(key)
         return out
@@ -439,13 +454,13 @@ class StudyRunner:
     def members(self) -> dict[str, int]:
         """Each collect/train stage planned in this run that takes subjects -> how many it takes."""
         return {stage.name: len(self.plans[stage.name].members) for stage in self.selected
-                if stage.kind != "map" and stage.name in self.plans and self.plans[stage.name].members}
+                if kind_of(stage).one_result and stage.name in self.plans and self.plans[stage.name].members}
 
     def outputs(self) -> dict[str, str]:
         """Each collect/train stage that is done -> the work folder its files are in."""
         return {stage.name: str(group_workdir(self.run_root, stage.name, self.plans[stage.name].keys[GROUP_SUBJECT]))
                 for stage in self.selected
-                if stage.kind != "map" and stage.name in self.plans
+                if kind_of(stage).one_result and stage.name in self.plans
                 and self.plans[stage.name].status.get(GROUP_SUBJECT) == SubjectStatus.DONE}
 
 

@@ -7,6 +7,7 @@ timeouts, isolation, memory limits or several workers (see RunPolicy).
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Sequence
@@ -16,6 +17,8 @@ from habitrun.engine.control import StopFlag
 from habitrun.engine.invoke import BoundOperator, bind_operator, execute, one_line
 from habitrun.errors import HabitrunError, OperatorBindError
 from habitrun.spec.policy import RunPolicy
+
+log = logging.getLogger(__name__)
 
 
 class SerialBackend(Backend):
@@ -45,9 +48,12 @@ class SerialBackend(Backend):
             except Exception as exc:  # noqa: BLE001 - the stage's error, not its subjects' (see OperatorBindError)
                 raise OperatorBindError.for_stage(op.stage, op.path, one_line(exc)) from exc
         bound = self._bound[1]
+        debug = log.isEnabledFor(logging.DEBUG)  # checked once a stage: the subject loop pays nothing without it
         for task in tasks:
             if stop.is_set():
                 return
+            if debug:
+                log.debug("stage %s: dispatch %s#%d in the runner's process", op.stage, task.subject_id, task.attempt)
             self._now = RunningSubject(task, os.getpid(), time.time())
             try:
                 outcome = execute(bound, task, capture="python", log_max_bytes=int(self.policy.log_max_mb * (1 << 20)))

@@ -3,7 +3,8 @@
 A map stage gets one task per subject, with the results of the stages it
 needs for that subject; a collect stage one task with every member's; a
 train stage one task whose inputs go to its ranks as a file. Results are
-read through ``read`` (the runner's, which recomputes an unreadable one).
+read through ``read`` (the runner's, which recomputes an unreadable one); whether
+a needed stage gives one result or one per subject is its kind's (``one_result``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ GROUP_FILE_NAME = "_stage"  # log/work folder name of a collect or train stage's
 RESULT_BATCH = 256  # subjects whose upstream results are fetched from the store at once
 
 ReadResults = Callable[[str, list[str]], dict[str, Any]]  # (stage, keys) -> {key: result}
+OneResult = Callable[[str], bool]  # stage -> it gives one result, not one per subject (engine/stage_kinds.py)
 
 
 class LogFolders(Protocol):
@@ -44,23 +46,19 @@ class StageInputs:
     """Builds a stage's tasks from the subjects, the plans made so far and the stored results."""
 
     def __init__(self, *, rows: Mapping[str, SubjectRow], plans: Mapping[str, StagePlan], run_root: Path,
-                 run: LogFolders, read: ReadResults) -> None:
+                 run: LogFolders, read: ReadResults, one_result: OneResult) -> None:
         self.rows = rows
         self.plans = plans
         self.run_root = run_root
         self.run = run
         self.read = read
-
-    def tasks(self, stage: StageSpec, plan: StagePlan, to_run: list[str]) -> list[SubjectTask]:
-        """A map stage's task per subject to run; a collect stage's one task."""
-        if stage.kind == "collect":
-            return [self.group_task(stage, plan)]
-        return self.map_tasks(stage, plan, to_run)
+        self.one_result = one_result
 
     def map_tasks(self, stage: StageSpec, plan: StagePlan, to_run: list[str]) -> list[SubjectTask]:
+        """A task per subject to run, with its needed stages' results for it."""
         tasks: list[SubjectTask] = []
         # A collect or train stage needed: its one result, the same for every subject.
-        shared = {need: self.need_results(need, ()) for need in stage.needs if self.plans[need].kind != "map"}
+        shared = {need: self.need_results(need, ()) for need in stage.needs if self.one_result(need)}
         needs = [need for need in stage.needs if need not in shared]
         # Joined as strings: pathlib per subject costs more than dispatching it.
         work_root = os.path.join(work_dir(self.run_root, stage.name, ""), "")
@@ -82,10 +80,9 @@ class StageInputs:
 
     def need_results(self, need: str, members: Sequence[str]) -> Any:
         """A needed stage's stored results: {subject: result} for a map stage, the one result otherwise."""
-        need_plan = self.plans[need]
-        if need_plan.kind == "map":
+        if not self.one_result(need):
             return self._by_subject(need, members)
-        key = need_plan.keys[GROUP_SUBJECT]
+        key = self.plans[need].keys[GROUP_SUBJECT]
         return self.read(need, [key]).get(key)
 
     def _by_subject(self, need: str, members: Sequence[str]) -> dict[str, Any]:
@@ -100,7 +97,7 @@ class StageInputs:
         per_need: dict[str, dict[str, Any]] = {}
         for need in stage.needs:
             results = self.need_results(need, members)
-            per_need[need] = results if self.plans[need].kind == "map" else {GROUP_SUBJECT: results}
+            per_need[need] = {GROUP_SUBJECT: results} if self.one_result(need) else results
         if len(stage.needs) == 1:
             return per_need[stage.needs[0]]
         return {sid: {need: per_need[need].get(sid) for need in stage.needs} for sid in members}

@@ -13,8 +13,11 @@ Child processes the subject started and waited for are charged through
 rose above every earlier child's and above the subject's own (the kernel
 keeps only the maximum over the process's life, which cannot be reset, and
 starts each child at its parent's peak when it was forked); otherwise the
-children's peak is unknown (None) and not added. A number that cannot be measured is None,
-never a guess.
+children's peak is unknown (None) and not added. A tool run through ``run_tool`` is waited
+for with ``wait4``, which gives that child's own peak: the largest such peak of the subject's
+tools (:func:`note_tool_peak`) is its children's peak when the kernel's lifetime figure cannot
+say more (a persistent worker whose earlier subject ran a larger child). A number that cannot
+be measured is None, never a guess.
 
 Every reading is one system call on a file descriptor kept open (about
 5 to 8 microseconds per subject in all).
@@ -27,11 +30,22 @@ import resource
 import socket
 import sys
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
-# A subject's usage as it travels from worker to runner (a plain tuple: cheap to pickle):
-# (started_at, ended_at, cpu_sec, peak_rss_kb, child_peak_rss_kb, read_bytes, write_bytes, host, gpu)
-Usage = tuple[float, float, "float | None", "int | None", "int | None", "int | None", "int | None", str, "str | None"]
+
+class Usage(NamedTuple):
+    """What one subject cost (on the wire a plain tuple of these fields: engine/wire.py)."""
+
+    started_at: float  # Unix seconds
+    ended_at: float
+    cpu_sec: float | None  # user + system, the subject's waited-for child processes included
+    peak_rss_kb: int | None  # the subject's own peak, plus its largest child's when known
+    child_peak_rss_kb: int | None
+    read_bytes: int | None  # through read()/write() calls, reaped children included
+    write_bytes: int | None
+    host: str
+    gpu: str | None  # CUDA_VISIBLE_DEVICES of the worker
+
 
 _SELF = resource.RUSAGE_SELF
 _CHILDREN = resource.RUSAGE_CHILDREN
@@ -94,6 +108,7 @@ class Meter:
         """Snapshot taken right before the subject starts (resets the peak); parsed only in :meth:`end`."""
         exact = self._reset_peak() or self.fresh
         self.fresh = False
+        _tool_peak_kb[0] = 0
         return (time.time(), _getrusage(_SELF), _getrusage(_CHILDREN), self._io_text(), exact)
 
     def end(self, mark: tuple[Any, ...]) -> Usage:
@@ -117,6 +132,9 @@ class Meter:
             # A child's ru_maxrss starts at its parent's peak when it was forked (exec keeps it), so
             # below our own peak it says nothing; below an earlier child's, nothing either: unknown.
             child_peak = None
+        tool_peak = _tool_peak_kb[0]
+        if tool_peak and (child_peak is None or tool_peak > child_peak):
+            child_peak = tool_peak  # measured by run_tool's wait4: that tool's own peak
         peak = own_peak + (child_peak or 0) if own_peak is not None and exact else None
         read = write = None
         if io0 is not None and io1 is not None:
@@ -125,11 +143,19 @@ class Meter:
                 read, write = int(b[1]) - int(a[1]), int(b[3]) - int(a[3])
             except (IndexError, ValueError):
                 pass
-        return (started, ended, round(cpu, 6) if cpu > 0 else 0.0, peak, child_peak, read, write, self.host,
-                self.gpu)
+        return Usage(started_at=started, ended_at=ended, cpu_sec=round(cpu, 6) if cpu > 0 else 0.0,
+                     peak_rss_kb=peak, child_peak_rss_kb=child_peak, read_bytes=read, write_bytes=write,
+                     host=self.host, gpu=self.gpu)
 
 
 _meter: Meter | None = None
+_tool_peak_kb = [0]  # the largest peak of a tool waited for by run_tool since the subject began
+
+
+def note_tool_peak(kb: int) -> None:
+    """A tool run for the current subject ended with this peak resident memory (kB, from wait4)."""
+    if kb > _tool_peak_kb[0]:
+        _tool_peak_kb[0] = kb
 
 
 def meter() -> Meter:

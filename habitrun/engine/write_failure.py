@@ -49,13 +49,15 @@ class WriteFailure:
         assert self.first is not None
         folder, exc = self.first
         outcome = outcome_for(exc)
-        summary = {"stages": {name: c.as_dict() for name, c in counts.items()},
+        stages = {name: c.as_dict() for name, c in counts.items()}
+        duration_sec = round(time.monotonic() - started, 3)
+        summary = {"stages": stages,
                    "stop_reason": self.stop.reason, "stored_this_run": stored,
-                   "duration_sec": round(time.monotonic() - started, 3),
+                   "duration_sec": duration_sec,
                    "write_failure": {"folder": str(folder), "reason": reason(exc)}}
-        ended = RunFinished(outcome=outcome, exit_code=EXIT_USAGE, stages=summary["stages"],
+        ended = RunFinished(outcome=outcome, exit_code=EXIT_USAGE, stages=stages,
                             failed_subjects=sum(c.failed for c in counts.values()), stop_reason=self.stop.reason,
-                            duration_sec=summary["duration_sec"], backends=[])
+                            duration_sec=duration_sec, backends=[])
         for attempt in (run.events.close, run.free_reserve, lambda: run.events.write(event_dict(ended)),
                         lambda: run.finish(outcome, summary), run.events.close):
             try:

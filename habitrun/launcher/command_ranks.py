@@ -62,9 +62,10 @@ class CommandRanks(ProcessContext):
         opened: list[IO[bytes] | int] = []
         targets: dict[str, Any] = {}
         for stream in ("out", "err"):
-            target = self._stream_target(rank, stream)
-            if isinstance(target, str):
-                target = open(target, "ab")  # noqa: SIM115 - closed right after Popen
+            wanted = self._stream_target(rank, stream)
+            target: IO[bytes] | int | None = (
+                open(wanted, "ab") if isinstance(wanted, str) else wanted  # noqa: SIM115 - closed right after Popen
+            )
             if target is not None:
                 opened.append(target)
             targets[stream] = target

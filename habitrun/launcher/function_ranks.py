@@ -64,7 +64,7 @@ class FunctionRanks(ProcessContext):
 
     def _spawn(self, rank: int) -> RankProcess:
         start_method = self.spec.start_method
-        ctx = mp.get_context(start_method)
+        ctx: Any = mp.get_context(start_method)  # typeshed's BaseContext lacks Process; every real one has it
         targets = [self._stream_target(rank, stream) for stream in ("out", "err")]
         ends = [mpc.Connection(t, readable=False) if isinstance(t, int) else t for t in targets]
         result_path = os.path.join(self._rank_dirs[rank], "result.pkl")

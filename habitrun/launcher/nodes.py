@@ -119,7 +119,11 @@ def _wait(procs: list[subprocess.Popen[bytes]], *, grace: float, stop: StopChann
     crash_at: float | None = None
     killed = False
     while any(p.poll() is None for p in procs):
-        ready = mpc.wait(list(stop.wake), 0.1) if stop.wake else (time.sleep(0.1) or [])
+        if stop.wake:
+            ready = mpc.wait(list(stop.wake), 0.1)
+        else:
+            time.sleep(0.1)
+            ready = []
         now = time.monotonic()
         if ready:
             stop.drain()

@@ -110,7 +110,7 @@ class Pump:
                 if not self._taps:
                     return
             for key, _ in self._selector.select():
-                fd = int(key.fd)  # type: ignore[arg-type]
+                fd = int(key.fd)
                 if fd == self._wake_r:
                     if self._stopping:
                         self._drain_all()

@@ -4,9 +4,18 @@ The operator's (or train entrypoint's) module is read with ``ast``, never
 imported; so is every module of the study it imports, transitively: a module
 is the study's when its file is under the recipe's folder (the search path),
 found the way ``import`` would find it there. Each module counts by its
-normalised syntax tree (``ast.dump`` without positions, docstrings removed),
+normalised syntax tree (:func:`tree_text`: positions and docstrings left out),
 so comments, docstrings, blank lines and formatting do not change a key and
 any other edit does.
+
+The tree's text is our own walk over ``ast.iter_fields``, not ``ast.dump``:
+``ast.dump`` changed between Python 3.11 and 3.12/3.13 (new fields such as
+``type_params``, empty defaults left out), so a colleague on another Python
+would have seen every stage stale. The walk leaves out every field that is
+None or an empty list, and writes an f-string's literal parts merged, as each
+version from 3.10 to 3.13 parses the same source. Digests of the ``ast.dump``
+form (before issue 31) are still computed (``CodeInfo.legacy``) so that a
+store written then is found (see ``StageInputs.legacy_fingerprints``).
 
 Imports of other modules are sorted out: the standard library is ignored,
 anything else is a third-party package whose installed distribution and
@@ -38,12 +47,14 @@ class CodeInfo:
     fingerprint: str
     modules: dict[str, str] = field(default_factory=dict)  # path under the root -> 12-hex digest
     packages: dict[str, str] = field(default_factory=dict)  # distribution -> version
+    legacy: str | None = None  # the fingerprint before issue 31 (``ast.dump`` of this Python)
 
 
 @dataclass
 class _Module:
     digest: str
     imports: list[tuple[str, tuple[str, ...]]]  # (module, names imported from it)
+    legacy: str = ""  # the digest of ``ast.dump`` (before issue 31)
 
 
 _parsed: dict[str, tuple[tuple[int, int, int], _Module]] = {}  # file -> (its stat, parsed): a parse per edit
@@ -56,6 +67,53 @@ def _strip_docstrings(tree: ast.AST) -> None:
             if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
                     and isinstance(body[0].value.value, str):
                 node.body = body[1:]
+
+
+def _merged_strings(values: list[ast.expr]) -> list[ast.expr]:
+    """An f-string's parts with adjacent literal parts joined and empty ones dropped: Python
+    3.12 splits and keeps them differently from 3.11 for one source."""
+    out: list[ast.expr] = []
+    for value in values:
+        if isinstance(value, ast.Constant) and isinstance(value.value, str):
+            if not value.value:
+                continue
+            if out and isinstance(out[-1], ast.Constant) and isinstance(out[-1].value, str):
+                out[-1] = ast.Constant(out[-1].value + value.value)
+                continue
+        out.append(value)
+    return out
+
+
+def _write(node: object, out: list[str]) -> None:
+    if isinstance(node, ast.AST):
+        out.append(type(node).__name__)
+        out.append("(")
+        for name, value in ast.iter_fields(node):
+            if value is None or (isinstance(value, list) and not value):
+                continue  # a field a newer Python added, at its default (or an empty one)
+            if name == "values" and isinstance(node, ast.JoinedStr):
+                value = _merged_strings(value)
+            out.append(name)
+            out.append("=")
+            _write(value, out)
+            out.append(",")
+        out.append(")")
+    elif isinstance(node, list):
+        out.append("[")
+        for item in node:
+            _write(item, out)
+            out.append(",")
+        out.append("]")
+    else:
+        out.append(repr(node))
+
+
+def tree_text(tree: ast.AST) -> str:
+    """A syntax tree as text, the same on every Python from 3.10 to 3.13 for one source
+    (positions are attributes, not fields: they are left out)."""
+    out: list[str] = []
+    _write(tree, out)
+    return "".join(out)
 
 
 def _imports(tree: ast.AST, package: str) -> list[tuple[str, tuple[str, ...]]]:
@@ -89,12 +147,14 @@ def _parse(path: str, module: str, is_package: bool) -> _Module:
         tree = ast.parse(raw, filename=path)
     except (SyntaxError, ValueError):
         parsed = _Module("b" + hashlib.blake2b(raw, digest_size=16).hexdigest(), [])
+        parsed.legacy = parsed.digest
     else:
         package = module if is_package else module.rpartition(".")[0]
         imports = _imports(tree, package)
         _strip_docstrings(tree)
-        text = ast.dump(tree, annotate_fields=False, include_attributes=False)
-        parsed = _Module(hashlib.blake2b(text.encode(), digest_size=16).hexdigest(), imports)
+        old = ast.dump(tree, annotate_fields=False, include_attributes=False)
+        parsed = _Module(hashlib.blake2b(tree_text(tree).encode("utf-8", "surrogatepass"), digest_size=16).hexdigest(),
+                         imports, hashlib.blake2b(old.encode(), digest_size=16).hexdigest())
     _parsed[path] = (sig, parsed)
     return parsed
 
@@ -114,9 +174,11 @@ def _find_local(module: str, roots: Sequence[str]) -> tuple[str, str, bool] | No
     return None
 
 
-def study_modules(module: str, roots: Sequence[str]) -> tuple[dict[str, str], set[str]]:
+def study_modules(module: str, roots: Sequence[str],
+                  legacy: dict[str, str] | None = None) -> tuple[dict[str, str], set[str]]:
     """(file relative to its root -> digest) of ``module`` and every study module it imports,
-    transitively, and the top-level names of the other (non-stdlib) modules they import."""
+    transitively, and the top-level names of the other (non-stdlib) modules they import;
+    ``legacy`` (when given) is filled with each file's digest before issue 31."""
     files: dict[str, str] = {}
     external: set[str] = set()
     seen: set[str] = set()
@@ -140,7 +202,10 @@ def study_modules(module: str, roots: Sequence[str]) -> tuple[dict[str, str], se
         if not path:
             continue
         parsed = _parse(path, name, is_package)
-        files[os.path.relpath(path, root).replace(os.sep, "/")] = parsed.digest
+        rel = os.path.relpath(path, root).replace(os.sep, "/")
+        files[rel] = parsed.digest
+        if legacy is not None:
+            legacy[rel] = parsed.legacy
         for target, names in parsed.imports:
             todo.append(target)
             for item in names:
@@ -224,7 +289,8 @@ def package_versions(tops: set[str]) -> dict[str, str]:
 def code_info(target: str, roots: Sequence[str], *, code_version: str | None = None) -> CodeInfo:
     """The code of an operator or entrypoint (``module:attr``) under the study's ``roots``."""
     module, _ = split_import_path(target)
-    files, external = study_modules(module, roots)
+    old: dict[str, str] = {}
+    files, external = study_modules(module, roots, old)
     packages = package_versions(external)
     if code_version is not None:
         return CodeInfo("version:" + code_version, {}, packages)
@@ -233,6 +299,10 @@ def code_info(target: str, roots: Sequence[str], *, code_version: str | None = N
         packages = {**packages, **package_versions({top})}
         text = target + "\x00" + "".join(f"{k}={v}\x00" for k, v in sorted(packages.items()))
         return CodeInfo("installed:" + hashlib.sha256(text.encode()).hexdigest(), {}, packages)
+    return CodeInfo("tree:" + _files_digest(target, files), {k: v[:12] for k, v in files.items()}, packages,
+                    legacy="ast:" + _files_digest(target, old))
+
+
+def _files_digest(target: str, files: dict[str, str]) -> str:
     text = target + "\x00" + "".join(f"{k}={v}\x00" for k, v in sorted(files.items()))
-    digest = hashlib.sha256(text.encode()).hexdigest()
-    return CodeInfo("ast:" + digest, {k: v[:12] for k, v in files.items()}, packages)
+    return hashlib.sha256(text.encode()).hexdigest()

@@ -25,7 +25,7 @@ MAX_PARAMS_TEXT = 2000  # params up to this much JSON are stored with each recor
 
 def stage_components(stage: StageSpec, fingerprint: str, info: StageInputs | None = None) -> dict[str, Any]:
     """The components every subject of the stage shares (without ``info``: the older, coarser ones)."""
-    what = stage.operator or stage.entrypoint or list(stage.command or ())
+    what = list(stage.command or ()) if stage.runs_command else stage.operator or stage.entrypoint or list(stage.command or ())
     if info is None:
         return {
             "kind": stage.kind,
@@ -43,6 +43,8 @@ def stage_components(stage: StageSpec, fingerprint: str, info: StageInputs | Non
     }
     if info.inputs:
         out["inputs"] = info.inputs
+    if info.tools:
+        out["tools"] = info.tools
     if info.code.packages:
         out["packages"] = info.code.packages
         if info.packages_in_key:

@@ -21,6 +21,8 @@ from habitrun.planner.files import Digester, stage_inputs
 from habitrun.planner.fingerprint import command_fingerprint, legacy_fingerprint
 from habitrun.planner.keys import canonical_json, subject_parts, variant_parts
 from habitrun.planner.subject_files import SubjectFiles, cell_paths, file_columns, scan_subjects
+from habitrun.planner.tools import ToolProblem, stage_tools
+from habitrun.spec.placeholders import BUILTINS, names, tool_word
 from habitrun.spec.policy import RunPolicy
 from habitrun.spec.recipe import StageSpec
 
@@ -29,6 +31,12 @@ if TYPE_CHECKING:
     from habitrun.store.checkpoint import CheckpointStore
 
 Variant = tuple[Any, ...]
+
+# Generations of keys an older habitrun gave the same inputs, whose stored results still count:
+# before issue 10 the code counted by its module's bytes; before issue 31 by ``ast.dump`` of its
+# syntax tree (which differs between Pythons), and a found subject's files by absolute path.
+BEFORE_10 = "before-10"
+BEFORE_31 = "before-31"
 
 
 @dataclass
@@ -43,7 +51,8 @@ class StageInputs:
     packages_in_key: bool
     file_cols: tuple[str, ...]  # the file columns its subject parts cover
     variant: Variant | None  # None: the subject parts habitrun always computed
-    legacy_fingerprint: str | None = None  # the fingerprint before issue 10, when its keys may match
+    legacy_fingerprints: dict[str, str] = field(default_factory=dict)  # generation -> its fingerprint
+    tools: dict[str, str] = field(default_factory=dict)  # a command stage's tool or image -> its identity
 
     def code_components(self) -> Any:
         if self.stage.code_version is not None:
@@ -64,6 +73,21 @@ class KeyContext:
 
     def fingerprint(self, name: str) -> str:
         return self.stages[name].fingerprint
+
+    def legacy_parts(self, name: str) -> Mapping[str, str] | None:
+        """The subject parts habitrun gave map stage ``name`` before issue 31, when they differ
+        from today's: a found subject's files were in its row by their absolute paths."""
+        info = self.stages[name]
+        roots = getattr(getattr(self.subjects, "discovery", None), "roots", None)
+        if info.variant is None or roots is None or not getattr(self.subjects, "file_columns", ()):
+            return None
+        key = ("absolute", info.variant)
+        found = self._parts.get(key)
+        if found is None:
+            found = self._parts[key] = variant_parts(
+                self.subjects, info.stage.fields, self._file_texts(info), info.file_cols,
+                resolve=(self.subjects.file_columns, roots.resolve_cell))  # type: ignore[attr-defined]
+        return found
 
     def parts(self, name: str, digests: Mapping[str, str] | None = None) -> dict[str, str] | Mapping[str, str]:
         """subject id -> subject part of map stage ``name`` (shared by stages of one variant)."""
@@ -128,6 +152,8 @@ class KeyContext:
 
 def stage_code(stage: StageSpec, search_path: tuple[str, ...], root: Path) -> CodeInfo:
     """A stage's code: its modules and packages (an operator or entrypoint), else a version or argv."""
+    if stage.runs_command:  # habitrun's own operator: the tool's identity is in the key instead
+        return CodeInfo("command-stage:" + (stage.code_version or ""))
     target = stage.operator or stage.entrypoint
     if target is not None:
         return code_info(target, search_path, code_version=stage.code_version)
@@ -176,6 +202,8 @@ def build_context(
         for j, col in enumerate(stage.fields or ()):
             if col not in present:
                 problems.append(f"{loaded.locate(('stages', i, 'fields', j))}: column {col!r} is not in the manifest")
+        if stage.runs_command and subjects:
+            problems.extend(_unknown_columns(loaded, i, present))
         stages[stage.name] = _stage_inputs(loaded, i, columns, digester, policies[stage.name], problems,
                                            verify_only=verify_only, code_memo=code_memo)
     if problems:
@@ -205,27 +233,69 @@ def _stage_inputs(loaded: LoadedRecipe, index: int, columns: Mapping[str, bool],
     if verify_only:
         code = CodeInfo("verify-only")
     else:
-        code = memo.get(("code", *what, stage.code_version))
+        code_key = ("code", *what, stage.code_version)
+        code = memo.get(code_key)
         if code is None:
-            code = memo[("code", *what, stage.code_version)] = stage_code(stage, search_path, root)
+            code = memo[code_key] = stage_code(stage, search_path, root)
+    tools: dict[str, str] = {}
+    if stage.runs_command:
+        tool_memo = memo.get(("tools", verify_only))
+        if tool_memo is None:
+            tool_memo = memo[("tools", verify_only)] = {}
+        what_tool = (tool_word(stage), stage.version, stage.container)
+        try:
+            tools = tool_memo.get(what_tool)
+            if tools is None:
+                tools = tool_memo[what_tool] = stage_tools(stage, root, identify=not verify_only)
+        except ToolProblem as exc:
+            at = ("stages", index, "container") if stage.container is not None else ("stages", index, "command", 0)
+            problems.append(f"{loaded.locate(at)}: stage {stage.name!r}: {exc}")
+            tools = {}
     in_key = policy.rerun_on_package_change
     pieces = [code.fingerprint]
+    if tools:
+        pieces.append("tools:" + canonical_json(tools))
     if inputs:
         pieces.append("inputs:" + canonical_json(inputs))
     if in_key and code.packages:
         pieces.append("packages:" + canonical_json(code.packages))
     cols = tuple(c for c in sorted(columns) if stage.fields is None or c in stage.fields) if stage.kind == "map" else ()
     variant = (stage.fields, cols, mode == "lenient") if cols or stage.fields is not None else None
-    legacy = None
+    legacy: dict[str, str] = {}
+    if not verify_only and code.legacy is not None:
+        legacy[BEFORE_31] = "\x00".join([code.legacy, *pieces[1:]])
     if not verify_only and variant is None and not stage.inputs and stage.code_version is None \
-            and not (in_key and code.packages):
-        legacy = memo.get(("legacy", *what))
-        if legacy is None:
-            legacy = memo[("legacy", *what)] = legacy_fingerprint(stage, search_path, root)
+            and not (in_key and code.packages) and not stage.runs_command:
+        legacy_key = ("legacy", *what)
+        before_10 = memo.get(legacy_key)
+        if before_10 is None:
+            before_10 = memo[legacy_key] = legacy_fingerprint(stage, search_path, root)
+        legacy[BEFORE_10] = before_10
     return StageInputs(
         stage=stage, code=code, fingerprint="\x00".join(pieces), inputs=inputs, mode=mode,
-        packages_in_key=in_key, file_cols=cols, variant=variant, legacy_fingerprint=legacy,
+        packages_in_key=in_key, file_cols=cols, variant=variant, legacy_fingerprints=legacy, tools=tools,
     )
+
+
+def _unknown_columns(loaded: LoadedRecipe, index: int, present: set[str]) -> list[str]:
+    """A command stage's bare placeholder names that are no builtin, param or manifest column."""
+    stage = loaded.recipe.stages[index]
+    out = []
+    templates = [(("command", i), t) for i, t in enumerate(stage.command or ())]
+    templates += [(("env", k), v) for k, v in (stage.env or {}).items()]
+    for where, template in templates:
+        for name in names(template):
+            head, dot, rest = name.partition(".")
+            if dot and head != "fields":
+                continue  # {params.X} and {STAGE.OUTPUT}: checked with the recipe
+            if not dot and (name in BUILTINS or name in stage.params):
+                continue
+            column = rest if dot else name
+            if column not in present:
+                out.append(f"{loaded.locate(('stages', index, *where))}: {{{name}}}: no manifest column "
+                           f"{column!r} (columns: {', '.join(sorted(present)) or 'none'}), nor a param of the "
+                           f"stage or one of {', '.join('{' + b + '}' for b in BUILTINS)}")
+    return out
 
 
 def fingerprints(loaded: LoadedRecipe) -> dict[str, str]:

@@ -35,8 +35,8 @@ def judge(
     only the subject part after ``prefix`` (the stage part), so no key is built to be
     looked up.
 
-    A subject not stored under its key may be stored under the key an older habitrun gave
-    the same inputs (``plan.legacy_prefix``): it counts as stored there (a success as done, a
+    A subject not stored under its key may be stored under a key an older habitrun gave
+    the same inputs (``plan.legacy_keys()``): it counts as stored there (a success as done, a
     failure as failed), and is listed in ``plan.adopted`` for `run` to move to today's key.
     """
     groups, details = _stored(plan, candidates, probe, store, prefix)
@@ -101,7 +101,7 @@ def _stored(plan: StagePlan, candidates: list[str], probe: Mapping[str, str], st
     done, failed = _outcomes(plan.name, candidates, probe, store, prefix)
     not_done = [] if done is _ALL else [sid for sid in candidates if probe[sid] not in done]
     groups: dict[Stored, list[str]] = {}
-    if not_done and store is not None and plan.legacy_prefix is not None and plan.policy.resume:
+    if not_done and store is not None and plan.policy.resume and plan.legacy_keys():
         done, failed = _adopt(plan, not_done, probe, store, done, failed)  # type: ignore[arg-type]  # not _ALL
         not_done = [sid for sid in not_done if probe[sid] not in done]  # an adopted failure stays failed
     details: dict[str, Any] = {}
@@ -183,23 +183,46 @@ def _missing(plan: StagePlan, missing: list[str], store: CheckpointStore, groups
 
 def _adopt(plan: StagePlan, not_done: list[str], probe: Mapping[str, str], store: CheckpointStore,
            done: set[str], failed: set[str]) -> tuple[set[str], set[str]]:
-    """Subjects stored under their older key (see :func:`judge`): (done, failed) including them."""
-    legacy = plan.legacy_prefix or ""
+    """Subjects stored under an older key (see :func:`judge`): (done, failed) including them.
+
+    The store is asked first: the older keys (their subject parts are a second pass over every
+    subject, for found subjects) are made only when it holds records that are not today's."""
+    found: dict[str, str] = {}
+    ok: dict[str, bool] = {}
     if plan.is_group:
         old_done, old_failed = store.stage_outcomes(plan.name)
-        found = {GROUP_SUBJECT: legacy} if legacy in old_done or legacy in old_failed else {}
-        is_done = legacy in old_done
+        today = plan.keys[GROUP_SUBJECT]
+        if not (old_done | old_failed) - {today}:
+            return done, failed
+        for legacy, _ in plan.legacy_keys().values():
+            if legacy != today and (legacy in old_done or legacy in old_failed):
+                found[GROUP_SUBJECT] = legacy
+                ok[GROUP_SUBJECT] = legacy in old_done
+                break
     else:
-        old_done, old_failed = store.stage_outcomes(plan.name, legacy + ".")
-        found = {sid: f"{legacy}.{probe[sid]}" for sid in not_done if probe[sid] in old_done or probe[sid] in old_failed}
-        is_done = False
+        for legacy, old_parts in plan.legacy_keys().values():
+            old_done, old_failed = store.stage_outcomes(plan.name, legacy + ".")
+            if legacy == plan.key_prefix:  # the same stage part: only records not under today's keys count
+                old_done, old_failed = old_done.difference(done), old_failed.difference(failed)
+            if not old_done and not old_failed:
+                continue
+            look = old_parts() if old_parts is not None else None
+            if look is None:
+                if legacy == plan.key_prefix:
+                    continue  # the same keys as today's
+                look = probe
+            for sid in not_done:
+                if sid not in found:
+                    part = look[sid]
+                    if part in old_done or part in old_failed:
+                        found[sid] = f"{legacy}.{part}"
+                        ok[sid] = part in old_done
     if not found:
         return done, failed
     plan.adopted.update(found)
     done, failed = set(done), set(failed)
     for sid in found:
-        ok = is_done if plan.is_group else probe[sid] in old_done
-        (done if ok else failed).add(probe[sid])
+        (done if ok[sid] else failed).add(probe[sid])
     return done, failed
 
 
@@ -231,7 +254,7 @@ def mark_upstream_changed(plan: StagePlan, needs: Mapping[str, StagePlan], store
 def _changed_since(plan: StagePlan, up: StagePlan, changed: Mapping[str, tuple[str, float]]) -> dict[str, float]:
     """This stage's subject -> when the upstream result it takes last changed."""
     if up.is_group:
-        entry = changed.get(up.keys.get(GROUP_SUBJECT))
+        entry = changed.get(up.keys.get(GROUP_SUBJECT, ""))
         return dict.fromkeys(plan.status, entry[1]) if entry is not None else {}
     if plan.is_group:
         members = set(plan.members)

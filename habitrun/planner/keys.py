@@ -24,17 +24,17 @@ from __future__ import annotations
 import hashlib
 import json
 import operator
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import islice
 from operator import itemgetter
 from typing import Any
 
-from habitrun.planner.bytetexts import CHUNK, ByteTexts
 from habitrun.spec.recipe import StageSpec
 
 SUBJECT_BYTES = 16  # 128-bit subject part: no collision among any number of subjects
 STAGE_BYTES = 8  # 64-bit stage part: a stage has a handful of versions, not billions
 PART_SEP = "\x1f"  # joins subject parts in bulk, as the store joins keys (store.queries.SEP)
+CHUNK = 50_000  # subjects whose texts are made, hashed and dropped at once (a few MB)
 
 _canonical = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str).encode
 
@@ -51,6 +51,11 @@ def short_digest(text: str, size: int = SUBJECT_BYTES) -> str:
 
 def stage_definition(stage: StageSpec) -> dict[str, Any]:
     """The parts of a stage that decide what it computes (not its policy or launch options)."""
+    if stage.runs_command:  # and a command stage's outputs, env, shell and container (not its engine's options)
+        container = stage.container.model_dump(exclude={"engine_options", "run_options"}) if stage.container else None
+        return {"name": stage.name, "kind": stage.kind, "command": list(stage.command or ()),
+                "params": stage.params, "outputs": stage.outputs, "env": stage.env, "shell": stage.shell,
+                "container": container}
     return {
         "name": stage.name,
         "kind": stage.kind,
@@ -79,6 +84,16 @@ def _subject_part(subject_id: str, row_text: str) -> str:
     return _part_digest(f"{len(subject_id)}:{subject_id}\x00{row_text}")
 
 
+def _row_head(cols: tuple[str, ...]) -> str:
+    """The start of the text of a row with these (sorted) columns; its values' repr follows.
+
+    The one definition of a subject part's text (the key representation): ``<len(id)>:<id>``,
+    NUL, ``c`` and the sorted column names, then the row's values in that order as a tuple's
+    repr. Row by row (:func:`_row_text`) and in bulk (:func:`_chunk_texts`) it is made from here.
+    """
+    return "c" + repr(cols)
+
+
 def _row_text(fields: Mapping[str, Any], memo: list) -> str:
     """Deterministic text of a manifest row: column names, then the values' repr in that order.
 
@@ -101,7 +116,7 @@ def _row_text(fields: Mapping[str, Any], memo: list) -> str:
     cols = tuple(sorted(keys))
     if not cols:
         return "c()()"
-    memo[:] = [cols, itemgetter(*cols), "c" + repr(cols)]
+    memo[:] = [cols, itemgetter(*cols), _row_head(cols)]
     return _row_text(fields, memo)
 
 
@@ -139,27 +154,24 @@ def _bulk_parts(subjects: Any) -> Mapping[str, str] | None:
 
 
 def _chunk_texts(subjects: Any, cols: Sequence[str]) -> Iterator[Iterable[bytes]]:
-    """Every subject's row text (as :func:`_row_text` makes it, after id) in UTF-8, a chunk of
-    subjects at a time: as bytes from the manifest's lines where it can
-    (:mod:`habitrun.planner.bytetexts`), else made as text and encoded."""
+    """Every subject's text (as :func:`subject_part` makes it) in UTF-8, a chunk of subjects at
+    a time, from the table's values read by column: one ``%`` of a template per row.
+
+    (Until issue 31 a second builder made the same text as bytes from a plain CSV's lines;
+    it saved 0.1 s of CPU per million subjects, a copy of the key representation not worth
+    keeping in step.)"""
     order = tuple(sorted(cols))
-    head = "c" + repr(order)  # the text _row_text gives a row of these columns, values following
-    template = "%d:%s\x00" + head.replace("%", "%%") + "%r"  # % of a zip: a fifth cheaper than str.format
+    template = "%d:%s\x00" + _row_head(order).replace("%", "%%") + "%r"  # % of a zip: a fifth cheaper than str.format
     plain = subjects.plain_values()
     if plain:  # each value's repr is itself in quotes: a row's repr is a join
         template = template[:-2] + ("('%s',)" if len(order) == 1 else "('%s')")
-    lines = subjects.plain_lines() if plain else None
-    fast = ByteTexts(*lines, cols, order) if lines is not None else None
     ids = subjects.ids
     for start in range(0, len(ids), CHUNK):
         chunk = ids[start:start + CHUNK]
-        made = fast.texts(start, chunk) if fast is not None else None
-        if made is None:
-            values = subjects.values(order, start, start + len(chunk))
-            if plain:
-                values = map("', '".join, values)
-            made = map(str.encode, map(template.__mod__, zip(map(len, chunk), chunk, values, strict=True)))
-        yield made
+        values = subjects.values(order, start, start + len(chunk))
+        if plain:
+            values = map("', '".join, values)
+        yield map(str.encode, map(template.__mod__, zip(map(len, chunk), chunk, values, strict=True)))
 
 
 class SubjectParts(Mapping[str, str]):
@@ -277,10 +289,15 @@ def variant_parts(
     fields: Sequence[str] | None,
     files: Mapping[str, str] | None,
     file_columns: Sequence[str] = (),
+    *,
+    resolve: tuple[Sequence[str], Callable[[Any], Any]] | None = None,
 ) -> dict[str, str]:
     """subject id -> subject part over only the manifest columns ``fields`` (None: all) and the
     text of the subject's input files (``files``: id -> text of ``file_columns``, in order;
     None: no file columns).
+
+    ``resolve`` (columns, function): those columns' values are first passed through the
+    function (the parts before issue 31, when a found subject's files were absolute paths).
 
     With neither, this is :func:`subject_parts` (so keys of a study without file columns are
     the ones habitrun always computed).
@@ -291,7 +308,7 @@ def variant_parts(
     out: dict[str, str] = {}
     cols = tuple(sorted(fields)) if fields is not None else None
     getter = itemgetter(*cols) if cols else None
-    head = "f" + repr(cols) if cols is not None else ""
+    head = "f" + repr(cols) if cols is not None else ""  # a stage's own columns: a head of their own
     tail = "\x00files\x00" + repr(tuple(file_columns)) + "\x00" if files is not None else ""
     memo: list = []
     if cols is None and subjects:
@@ -299,6 +316,11 @@ def variant_parts(
     width = len(memo[0]) if memo else -1
     for row in subjects:
         sid, row_fields = row.id, row.fields
+        if resolve is not None:
+            row_fields = dict(row_fields)
+            for col in resolve[0]:
+                if col in row_fields:
+                    row_fields[col] = resolve[1](row_fields[col])
         if cols is None:
             text = None
             if len(row_fields) == width and width > 1:

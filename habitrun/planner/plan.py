@@ -32,7 +32,7 @@ from habitrun.planner.components import (
     stage_components,
     subject_extra,
 )
-from habitrun.planner.context import KeyContext, build_context
+from habitrun.planner.context import BEFORE_10, BEFORE_31, KeyContext, build_context
 from habitrun.planner.context import fingerprints as _fingerprints
 from habitrun.planner.decision import Reason, SubjectStatus
 from habitrun.planner.judge import judge, mark_upstream_changed, stage_package_changes
@@ -45,7 +45,6 @@ from habitrun.planner.keys import (
     subject_parts,
 )
 from habitrun.planner.stageplan import GROUP_KINDS, GROUP_SUBJECT, UNAVAILABLE, Plan, StagePlan
-from habitrun.spec.gcpause import gc_paused
 from habitrun.spec.policy import RunPolicy
 from habitrun.spec.recipe import Recipe, StageSpec
 from habitrun.spec.subjects import subject_ids
@@ -77,7 +76,7 @@ class _Stage:
     policy: RunPolicy
     fingerprint: str
     identity: str
-    legacy_identity: str | None  # the identity an older habitrun gave it, when its keys may match
+    legacy_identities: dict[str, str]  # generation -> the identity an older habitrun gave it
     needs: dict[str, StagePlan]
     common: dict[str, Any]  # the key components every subject shares
 
@@ -108,10 +107,14 @@ def plan_stage(
     info = context.stages[stage_name] if context is not None else None
     if info is not None:
         fingerprint = info.fingerprint
-    legacy = info.legacy_fingerprint if info is not None else None
+    legacy = info.legacy_fingerprints if info is not None else {}
+    identity = stage_identity(stage, fingerprint)
+    olds = {gen: stage_identity(stage, old) for gen, old in legacy.items()}
+    if context is not None:
+        olds.setdefault(BEFORE_31, identity)  # its identity did not change: its keys' may, upstream
     head = _Stage(
         spec=stage, policy=recipe.stage_policy(stage_name), fingerprint=fingerprint,
-        identity=stage_identity(stage, fingerprint), legacy_identity=stage_identity(stage, legacy) if legacy else None,
+        identity=identity, legacy_identities=olds,
         needs={name: upstream[name] for name in stage.needs}, common=stage_components(stage, fingerprint, info),
     )
     if stage.kind in GROUP_KINDS:
@@ -142,7 +145,7 @@ def _plan_map(head: _Stage, subjects: Sequence[Any], store: CheckpointStore | No
     extra = subject_extra(context, head.spec.name, subjects) if context is not None else None
     plan = head.new_plan(
         keys=KeyMap(prefix, parts), components=LazyComponents(head.common, parts, ids, needs, extra),
-        key_prefix=prefix, legacy_prefix=_legacy_map_prefix(head, variant), variant=variant,
+        key_prefix=prefix, legacy=_legacy_map(head, context, rows), variant=variant,
     )
     unavailable = _unavailable(needs, ids)
     candidates = ids
@@ -200,22 +203,70 @@ def _blocked_reason(sid: str, needs: Mapping[str, StagePlan]) -> list[str]:
     return out
 
 
-def _legacy_upstream(needs: Mapping[str, StagePlan]) -> list[str] | None:
-    """The older keys' stage parts of what a stage needs (None when one has none)."""
+def _legacy_upstream(needs: Mapping[str, StagePlan], gen: str) -> list[str] | None:
+    """The older keys' stage parts (or group keys) of what a stage needs, in generation ``gen``
+    (None when one has none)."""
     out = []
     for up in needs.values():
-        if up.legacy_prefix is None:
+        entry = up.legacy_keys().get(gen)
+        if entry is None:
             return None
-        out.append(up.legacy_prefix)
+        out.append(entry[0])
     return out
 
 
-def _legacy_map_prefix(head: _Stage, variant: Any) -> str | None:
-    """The stage part an older habitrun gave a map stage's keys, when they may match."""
-    if head.legacy_identity is None or variant is not None:
+def _legacy_parts(head: _Stage, context: KeyContext | None, gen: str,
+                  rows: Mapping[str, str]) -> Mapping[str, str] | None:
+    """The subject parts of a map stage's keys in generation ``gen``, None when they are today's."""
+    if gen != BEFORE_31 or context is None:
         return None
-    legacy_up = _legacy_upstream(head.needs)
-    return stage_part(head.legacy_identity, legacy_up) if legacy_up is not None else None
+    own = context.legacy_parts(head.spec.name)
+    maps = [up for up in head.needs.values() if not up.is_group]
+    variant = context.stages[head.spec.name].variant
+    others = [up for up in maps if up.variant != variant]
+    olds = [_parts_of(up, gen) for up in others]
+    if own is None and all(old is None for old in olds):
+        return None
+    if not others:
+        return own
+    base = own if own is not None else context.parts(head.spec.name, rows)
+    return combined_parts(base, [old if old is not None else up.parts for old, up in zip(olds, others, strict=True)])
+
+
+def _parts_of(up: StagePlan, gen: str) -> Mapping[str, str] | None:
+    """The subject parts an upstream map stage's keys had in generation ``gen`` (None: today's)."""
+    entry = up.legacy_keys().get(gen)
+    return entry[1]() if entry is not None and entry[1] is not None else None
+
+
+class _Once:
+    """A value made at its first call, then kept (an older generation's subject parts)."""
+
+    def __init__(self, make: Any) -> None:
+        self._make, self._made, self._done = make, None, False
+
+    def __call__(self) -> Any:
+        if not self._done:
+            self._made, self._done = self._make(), True
+        return self._made
+
+
+def _legacy_map(head: _Stage, context: KeyContext | None, rows: Mapping[str, str]) -> Any:
+    """The keys older habitruns gave a map stage, per generation (made when first asked)."""
+    if not head.legacy_identities:
+        return None
+
+    def made() -> dict[str, tuple[str, Any]]:
+        out: dict[str, tuple[str, Any]] = {}
+        for gen, identity in head.legacy_identities.items():
+            if gen == BEFORE_10 and context is not None and context.stages[head.spec.name].variant is not None:
+                continue
+            ups = _legacy_upstream(head.needs, gen)
+            if ups is not None:
+                out[gen] = (stage_part(identity, ups), _Once(lambda gen=gen: _legacy_parts(head, context, gen, rows)))
+        return out
+
+    return made
 
 
 def _plan_group(head: _Stage, subjects: Sequence[Any], store: CheckpointStore | None) -> StagePlan:
@@ -231,7 +282,7 @@ def _plan_group(head: _Stage, subjects: Sequence[Any], store: CheckpointStore | 
     plan = head.new_plan(
         keys={GROUP_SUBJECT: group_key(head.identity, member_keys)},
         components={GROUP_SUBJECT: group_components(head.common, members, member_keys)},
-        members=members, legacy_prefix=_legacy_group_key(head, members),
+        members=members, legacy=_legacy_group(head, members),
     )
     if blocked_by or (takes_subjects and not members):
         plan.status[GROUP_SUBJECT] = SubjectStatus.BLOCKED
@@ -257,18 +308,29 @@ def _members(needs: Mapping[str, StagePlan], subjects: Sequence[Any]) -> list[st
     return [sid for sid in ids if sid not in gone] if gone else list(ids)
 
 
-def _legacy_group_key(head: _Stage, members: list[str]) -> str | None:
-    """The key an older habitrun gave a group stage, when it may match."""
-    if head.legacy_identity is None or _legacy_upstream(head.needs) is None:
+def _legacy_group(head: _Stage, members: list[str]) -> Any:
+    """The keys older habitruns gave a group stage, per generation (made when first asked)."""
+    if not head.legacy_identities:
         return None
-    legacy_members: dict[str, list[str]] = {}
-    for name, up in head.needs.items():
-        if up.is_group:
-            legacy_members[name] = [up.legacy_prefix or ""]
-        else:
-            parts = up.parts
-            legacy_members[name] = [f"{up.legacy_prefix}.{parts[sid]}" for sid in members]
-    return group_key(head.legacy_identity, legacy_members)
+
+    def made() -> dict[str, tuple[str, Any]]:
+        out: dict[str, tuple[str, Any]] = {}
+        for gen, identity in head.legacy_identities.items():
+            if _legacy_upstream(head.needs, gen) is None:
+                continue
+            legacy_members: dict[str, list[str]] = {}
+            for name, up in head.needs.items():
+                prefix, _ = up.legacy_keys()[gen]
+                if up.is_group:
+                    legacy_members[name] = [prefix]
+                else:
+                    old_parts = _parts_of(up, gen)
+                    look = old_parts if old_parts is not None else up.parts
+                    legacy_members[name] = [f"{prefix}.{look[sid]}" for sid in members]
+            out[gen] = (group_key(identity, legacy_members), None)
+        return out
+
+    return made
 
 
 def fingerprints(loaded: LoadedRecipe) -> dict[str, str]:
@@ -300,22 +362,19 @@ def plan_study(
     """Plan every stage of the recipe, in dependency order.
 
     Reads the input files (a ``stat`` each; a read for those whose stat changed) and the
-    study's code; a missing or unreadable input file is a RecipeError (exit 2). The cycle
-    collector is paused meanwhile (a row's split cells are containers: a million subjects
-    trip it thousands of times for nothing; see :mod:`habitrun.spec.gcpause`).
+    study's code; a missing or unreadable input file is a RecipeError (exit 2).
     """
-    with gc_paused():
-        if context is None:
-            context = build_context(loaded, subjects, store)
-        prints = prints if prints is not None else {n: info.fingerprint for n, info in context.stages.items()}
-        recipe = loaded.recipe
-        if store is not None:
-            store.prefetch_outcomes(outcome_ranges(recipe, prints, context))
-        digests = subject_parts(subjects) if any(i.variant is None for i in context.stages.values()) else None
-        stages: dict[str, StagePlan] = {}
-        for stage in recipe.ordered_stages():
-            stages[stage.name] = plan_stage(
-                recipe, stage.name, subjects, stages, store, prints[stage.name],
-                digests=digests if digests is not None else {}, context=context,
-            )
+    if context is None:
+        context = build_context(loaded, subjects, store)
+    prints = prints if prints is not None else {n: info.fingerprint for n, info in context.stages.items()}
+    recipe = loaded.recipe
+    if store is not None:
+        store.prefetch_outcomes(outcome_ranges(recipe, prints, context))
+    digests = subject_parts(subjects) if any(i.variant is None for i in context.stages.values()) else None
+    stages: dict[str, StagePlan] = {}
+    for stage in recipe.ordered_stages():
+        stages[stage.name] = plan_stage(
+            recipe, stage.name, subjects, stages, store, prints[stage.name],
+            digests=digests if digests is not None else {}, context=context,
+        )
     return Plan(stages)

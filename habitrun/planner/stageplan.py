@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,12 +33,22 @@ class StagePlan:
     components: Mapping[str, dict]
     members: list[str] = field(default_factory=list)
     key_prefix: str = ""  # map stage: the stage part every key starts with (see planner.keys)
-    # The key an older habitrun gave the same inputs (map: its stage part; group: the whole key),
-    # when there is one: results stored under it count as done and `run` moves them to today's key.
-    legacy_prefix: str | None = None
+    # The keys older habitruns gave the same inputs, per generation (see planner.context
+    # BEFORE_10, BEFORE_31): (map: its stage part, group: the whole key; a call that gives
+    # the subject parts of a map stage's keys then, None when they are today's). Results
+    # stored under one count as done and `run` moves them to today's key.
+    # Made when first asked (:meth:`legacy_keys`): only a plan with something not done looks.
+    legacy: Callable[[], dict[str, tuple[str, Any]]] | None = None
+    _legacy_made: dict[str, tuple[str, Any]] | None = None
     adopted: dict[str, str] = field(default_factory=dict)  # subject -> its result's older key
     variant: Any = None  # which subject parts the keys use (see planner.context)
     package_changes: list[str] = field(default_factory=list)  # "numpy 1.26.4 → 2.1.0" (not in the key)
+
+    def legacy_keys(self) -> dict[str, tuple[str, Any]]:
+        """generation -> (older stage part or group key, older subject parts or None): see ``legacy``."""
+        if self._legacy_made is None:
+            self._legacy_made = self.legacy() if self.legacy is not None else {}
+        return self._legacy_made
 
     @property
     def is_group(self) -> bool:

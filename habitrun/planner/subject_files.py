@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from habitrun.errors import RecipeError
 from habitrun.planner.files import MAX_PROBLEMS, Digester, FileProblem
+from habitrun.spec.roots import VAR_HEAD, PathRoots
 from habitrun.spec.subjects import row_locations, subject_ids
 from habitrun.store.filetable import DIGEST_CHARS
 
@@ -140,7 +141,8 @@ def scan_subjects(
     """
     cols = tuple(sorted(columns))
     ids = subject_ids(subjects)
-    scan = _Scan(str(loaded.root) + os.sep, ids, digester)
+    report = getattr(subjects, "discovery", None)
+    scan = _Scan(str(loaded.root) + os.sep, ids, digester, getattr(report, "roots", None))
     per_column: list[list[str]] = []
     per_column_l: list[list[str]] = []
     fast = digester.content and not digester.deep and not lenient
@@ -173,12 +175,15 @@ class _Scan:
     root: str  # the recipe's folder, ending in a separator
     ids: list[str]
     digester: Digester
+    roots: PathRoots | None = None  # found subjects' paths: relative to these (habitrun.spec.roots)
     problems: list[tuple[str, str, str]] = field(default_factory=list)  # (subject, column, message)
 
     def column(self, col: str, cells: list[Any], required: bool, fast: bool) -> tuple[list[str], list[str]]:
         """One column's content texts and size texts (sizes only from cells read one by one)."""
         digester = self.digester
         found: list[str | None] | None = None
+        if fast and self.roots is not None and self.roots.data:
+            fast = not any(cell.__class__ is str and cell.startswith(VAR_HEAD) for cell in cells)
         stats = _column_stats(self.root, cells, required) if fast else None
         if stats is not None:
             stamp = _stats_digest(cells, stats)
@@ -226,7 +231,10 @@ class _Scan:
         cs: list[str] = []
         ls: list[str] = []
         for written in paths:
-            full = written if written.startswith(os.sep) else self.root + written
+            if written.startswith(VAR_HEAD) and self.roots is not None:
+                full = self.roots.resolve(written)
+            else:
+                full = written if written.startswith(os.sep) else self.root + written
             try:
                 c, lt = self.digester.entry(written, os.path.expanduser(full) if full.startswith("~") else full)
             except FileProblem as exc:
@@ -241,3 +249,33 @@ def _column(subjects: Sequence[Any], name: str) -> list[Any]:
     """Every subject's value in column ``name`` (a SubjectTable's without building its rows)."""
     column = getattr(subjects, "column", None)
     return column(name) if column is not None else [row.fields.get(name) for row in subjects]
+
+
+def outside_inputs(loaded: LoadedRecipe, subjects: Any, limit: int = 3) -> dict[str, list[str]]:
+    """map stage -> the first ``limit`` input files its subjects name by an absolute path (outside
+    the study and every declared data root: see :mod:`habitrun.spec.roots`): what a moved or
+    cloned study still needs at the same place."""
+    columns = file_columns(loaded, subjects)
+    found: dict[str, list[str]] = {}
+    for col in sorted(columns):
+        cells = _column(subjects, col)
+        try:  # the usual column, decided at once: no cell starts with / or ~ (nor a blank or a list)
+            joined = "\n" + "\n".join(cells)
+        except TypeError:
+            joined = "\n/"
+        if not any(mark in joined for mark in ("\n/", "\n~", "\n ", ";")):
+            continue
+        absolute = [p for cell in cells if cell.__class__ is not str or "/" in cell[:1] or "~" in cell[:1] or ";" in cell
+                    for p in cell_paths(cell) if p.startswith(("/", "~"))]
+        if absolute:
+            found[col] = absolute
+    if not found:
+        return {}
+    out: dict[str, list[str]] = {}
+    for stage in loaded.recipe.stages:
+        if stage.kind != "map":
+            continue
+        paths = [p for col, ps in found.items() if stage.fields is None or col in stage.fields for p in ps]
+        if paths:
+            out[stage.name] = paths[:limit] if limit else paths
+    return out

@@ -47,7 +47,7 @@ def signature(obj: Any) -> inspect.Signature:
         import annotationlib  # type: ignore[import-not-found,unused-ignore]  # Python 3.14+
     except ImportError:
         return inspect.signature(obj)
-    return inspect.signature(obj, annotation_format=annotationlib.Format.FORWARDREF)
+    return inspect.signature(obj, annotation_format=annotationlib.Format.FORWARDREF)  # type: ignore[call-arg,unused-ignore]
 
 
 def check_params(obj: Any, target: str, params: dict[str, Any], stage: str) -> list[Problem]:

@@ -2,7 +2,9 @@
 
 Each match gives field values and a file. Rows are merged per subject id:
 fields become columns, files go to their file column (the pivot field's
-value, the template's name in a ``from:`` mapping, else ``path``). Two
+value, the template's name in a ``from:`` mapping, else ``path``), written
+relative to a root (:mod:`habitrun.spec.roots`: a declared data root or the
+study folder) so that the table survives a move. Two
 different values for one subject and column are an error listing them
 (without a pivot, that is a duplicate id). A subject missing a ``required``
 column is *incomplete*: reported, not run. A manifest, if given, is joined on
@@ -23,6 +25,7 @@ from habitrun.errors import RecipeError
 from habitrun.spec.bids import PARTICIPANTS, bids_id
 from habitrun.spec.found_checks import PATH_COLUMN
 from habitrun.spec.pathtemplate import parse_template
+from habitrun.spec.roots import PathRoots, declared_roots
 from habitrun.spec.walk import WalkResult, walk
 
 if TYPE_CHECKING:
@@ -51,6 +54,8 @@ class Discovery:
     manifest_rows_without_files: int = 0
     notes: list[str] = field(default_factory=list)
     """What reading the joined manifest decided for the user (a sniffed delimiter, empty rows ignored)."""
+    roots: PathRoots | None = None
+    """What the file columns' paths are relative to (see :mod:`habitrun.spec.roots`)."""
 
     def incomplete_text(self, limit: int = 5) -> str:
         """``3 incomplete, not run: S04 (missing mask), S09 (missing ct, mask) ...``."""
@@ -134,6 +139,7 @@ class _Found:
         self.texts: list[str] = []
         self.sources: list[tuple[str | None, WalkResult]] = []
         self.where = loaded.locate(("subjects", "bids" if self.bids else "from"))
+        self.roots: PathRoots = declared_roots(loaded)
 
     def id_of(self, values: dict[str, str]) -> str:
         return bids_id(values) if self.bids else values[self.spec.id]
@@ -156,18 +162,20 @@ class _Found:
             return
         self.files += len(result.matches)
         self.sources.append((column, result))
+        portable = self.roots.portable
+        matches = [(portable(path), values) for path, values in result.matches]
         for name in template.fields:
             if name != pivot and not (bids and name in _BIDS_HIDDEN) and name not in self.field_columns:
                 self.field_columns.append(name)
         plain = column or PATH_COLUMN
         if bids:
-            for path, values in result.matches:
+            for path, values in matches:
                 sid = bids_id(values)
                 for name, value in self.columns_of(values, column).items():
                     self.merge.put(sid, name, value)
                 self.merge.put(sid, values["suffix"], path)
         else:
-            self.merge.add(result.matches, self.spec.id, pivot if pivot in template.fields else None, plain)
+            self.merge.add(matches, self.spec.id, pivot if pivot in template.fields else None, plain)
         targets = {values[pivot] for _, values in result.matches} if pivot in template.fields else {plain}
         self.file_columns.extend(sorted(t for t in targets if t not in self.file_columns))
 
@@ -215,7 +223,7 @@ def discover(loaded: LoadedRecipe) -> tuple[list[tuple[str, dict[str, Any]]], Di
     found.check()
     columns = found.columns()
     report = Discovery(" + ".join(found.texts) if not found.bids else f"bids {spec.bids}", tuple(columns),
-                       tuple(found.file_columns), found.files)
+                       tuple(found.file_columns), found.files, roots=found.roots)
     rows = _complete_rows(found.merge.rows, columns, spec.required, report)
     manifest = spec.manifest
     if manifest is None and found.bids:
@@ -289,11 +297,11 @@ def _join(loaded: LoadedRecipe, manifest: str, rows: list[tuple[str, dict[str, A
         raise RecipeError([f"{where}: manifest column(s) {', '.join(map(repr, clash))} are also found on disk: rename them"])
     by_id: dict[str, dict[str, Any]] = {}
     problems = []
-    for ref, record in table.pairs():
-        key = str(record.get(join, "")).strip()
+    for ref, pair in table.pairs():
+        key = str(pair.get(join, "")).strip()
         if key in by_id:
             problems.append(f"{table.source}:{table.line(ref)}:1: {join}: duplicate id {key!r}")
-        by_id[key] = record
+        by_id[key] = pair
     if problems:
         raise RecipeError(problems[:MAX_LISTED])
     extra = [c for c in columns if c != join]

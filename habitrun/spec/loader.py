@@ -19,11 +19,8 @@ from habitrun.errors import RecipeError
 from habitrun.spec.interpolate import Interpolator, escape
 from habitrun.spec.messages import problems_of
 from habitrun.spec.overrides import apply_overrides
-from habitrun.spec.pluginsoff import plugins_off
-
-with plugins_off():  # the model classes are built as they import
-    from habitrun.spec.policy import RunPolicy
-    from habitrun.spec.recipe import Recipe
+from habitrun.spec.policy import RunPolicy
+from habitrun.spec.recipe import Recipe
 from habitrun.spec.yamlpos import Path_, Positions, dump_yaml, format_path, load_with_positions
 
 DEFAULT_RUN_DIR = ".habitrun"

@@ -211,7 +211,7 @@ def _policy_fields(model: type[BaseModel]) -> tuple[str, ...]:
 def problems_of(exc: ValidationError, data: Any, model: type[BaseModel]) -> list[FieldProblem]:
     """Every problem of a failed ``model.model_validate(data)``, one per field path."""
     out: list[FieldProblem] = []
-    by_path: dict[Path_, list[dict[str, Any]]] = {}
+    by_path: dict[Path_, list[Any]] = {}  # pydantic's ErrorDetails
     errors = exc.errors()
     locs = [tuple(e["loc"]) for e in errors]
     for err in errors:

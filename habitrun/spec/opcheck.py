@@ -34,8 +34,11 @@ STDERR_TAIL = 400  # characters of the child's stderr quoted when it ends early
 class _Loaded(Protocol):
     """What the check needs of a LoadedRecipe (kept structural: no import of the loader)."""
 
-    recipe: Any
-    search_path: tuple[str, ...]
+    @property
+    def recipe(self) -> Any: ...
+
+    @property
+    def search_path(self) -> tuple[str, ...]: ...
 
     def locate(self, path: tuple[Any, ...], *, key: bool = False) -> str: ...
 
@@ -59,7 +62,8 @@ def _targets(loaded: _Loaded) -> list[_Target]:
             path = getattr(stage, attr)
             if path is None:
                 continue
-            params = dict(stage.params) if attr == "operator" else None
+            # a command stage's operator is habitrun's own: its params are placeholders' values
+            params = dict(stage.params) if attr == "operator" and not stage.runs_command else None
             out.append(_Target(i, attr, stage.name, path, params,
                                loaded.stage_policy(stage.name).subject_spawn_timeout_sec))
     return out
@@ -186,8 +190,9 @@ class OperatorCheck:
         out: list[str] = []
         # Until the child says which import it is in, its start-up is charged to the first
         # target (a worker's spawn budget covers starting it too), so nothing waits unbounded.
-        current: _Target | None = self.targets[0]
-        deadline = None if current.timeout is None else time.monotonic() + current.timeout
+        first = self.targets[0]
+        current: _Target | None = first
+        deadline = None if first.timeout is None else time.monotonic() + first.timeout
         buffer = b""
         ended = False
         fd = self.proc.stdout.fileno()

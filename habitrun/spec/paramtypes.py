@@ -41,7 +41,8 @@ class _Annotated:
 
 def _namespace(obj: Any) -> dict[str, Any]:
     """The globals a signature's string annotations are written in: the defining function's module."""
-    func = obj.__init__ if isinstance(obj, type) and inspect.isfunction(getattr(obj, "__init__", None)) else obj
+    init = getattr(obj, "__init__", None)
+    func = init if isinstance(obj, type) and inspect.isfunction(init) else obj
     found = getattr(inspect.unwrap(func), "__globals__", None)
     if isinstance(found, dict):
         return found
@@ -49,7 +50,7 @@ def _namespace(obj: Any) -> dict[str, Any]:
     return vars(module) if module is not None else {}
 
 
-def annotations(obj: Any, sig: inspect.Signature) -> dict[str, Any]:
+def param_annotations(obj: Any, sig: inspect.Signature) -> dict[str, Any]:
     """Each annotated parameter's type; a string annotation (``from __future__ import annotations``)
     is resolved in the operator's module, and one that cannot be is left out (unchecked)."""
     out: dict[str, Any] = {}
@@ -156,7 +157,7 @@ def _errors(adapter: Any, value: Any) -> list[dict[str, Any]] | None:
     try:
         adapter.validate_json(json.dumps(value), strict=True)
     except ValidationError as exc:
-        return list(exc.errors(include_url=False))
+        return [dict(err) for err in exc.errors(include_url=False)]
     except Exception:  # noqa: BLE001 - a user's validator that crashes: not ours to report
         return None
     return None
@@ -230,7 +231,7 @@ def check_value(tp: Any, value: Any, name: str, what: str) -> Problem | None:
 def check_types(obj: Any, sig: inspect.Signature, params: dict[str, Any], slot: str | None,
                 what: str) -> list[Problem]:
     """Problems of the params whose parameter is annotated (by name, or through an annotated ``**kwargs``)."""
-    hints = annotations(obj, sig)
+    hints = param_annotations(obj, sig)
     if not hints:
         return []
     named = {n: p for n, p in sig.parameters.items()

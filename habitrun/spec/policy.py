@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
+from habitrun.spec.failures import FailureKind
 from habitrun.spec.located import LocatedError
 
 Backend = Literal["serial", "process", "dask"]
@@ -33,11 +34,19 @@ fewer at once) may well succeed again. An exception or a timeout of the same
 code on the same input will almost always repeat, and a retried timeout costs
 the whole budget again (900 s by default, per round)."""
 
-# Failure kinds recorded by the backends, grouped under the names auto_retry_on takes.
-RETRY_GROUP = {
-    "worker_died": "worker_died", "oom": "oom",
-    "timeout": "timeout", "spawn_timeout": "timeout",
-    "exception": "exception", "no_report": "exception", "unpicklable": "exception",
+# Every failure kind, grouped under the name auto_retry_on takes for it; None: never retried
+# (a test fails when a kind has no entry, so a new kind is never retried by accident).
+RETRY_GROUP: dict[str, RetryKind | None] = {
+    FailureKind.WORKER_DIED: "worker_died",
+    FailureKind.OOM: "oom",
+    FailureKind.TIMEOUT: "timeout",
+    FailureKind.SPAWN_TIMEOUT: "timeout",
+    FailureKind.EXCEPTION: "exception",
+    FailureKind.NO_REPORT: "exception",
+    FailureKind.UNPICKLABLE: "exception",
+    FailureKind.DISK_FULL: None,  # the machine's fault: the run stops, nothing is recorded
+    FailureKind.SKIPPED: None,  # its upstream failed: running it again changes nothing
+    FailureKind.INTERRUPTED: None,  # stopped on purpose
 }
 
 MAX_WAIT_SEC = 2_073_600
@@ -181,6 +190,8 @@ class RunPolicy(BaseModel):
     persistent_worker_recycle_after_tasks: int = Field(default=0, ge=0, description="Replace a persistent worker after this many subjects (0: never).")
     worker_threads: int = Field(default=1, ge=1, description="BLAS/OpenMP threads per worker (OMP_NUM_THREADS and friends).")
     worker_memory_limit_mb: int | None = Field(default=None, gt=0, description="Resident memory per worker (with its children) past which it is stopped as out of memory.")
+    memory_budget_mb: Annotated[int, Field(gt=0)] | Literal["auto"] | None = Field(default=None, description="Process backend: subjects start only while the predicted peak memory of those running (learned from the trace, see memory_hint) plus their workers' own fits this many MB; 'auto': 85 % of the memory the run may use (its cgroup's limit when there is one, else MemAvailable), less what the runner itself holds; null: no budget (workers alone decide, OOM backoff as before).")
+    memory_hint: str | None = Field(default=None, description="A numeric manifest column that grows with a subject's memory (e.g. voxels): what memory_budget_mb predicts from for subjects with no history (default: the size of the subject's input files).")
     log_max_mb: float = Field(default=10.0, gt=0, le=1_000_000, description="A subject's log keeps at most this much of what it printed: the head and the tail, with a line saying how much was cut.")
     start_method: StartMethod = Field(default="forkserver", description="How worker processes start: forkserver (operator module preloaded), spawn, or fork.")
     dask: DaskSettings | None = Field(default=None, description="Dask cluster settings (backend: dask only).")
@@ -200,8 +211,10 @@ class RunPolicy(BaseModel):
         return expand_retry_kinds(value)
 
     def retries(self, kind: str | None) -> bool:
-        """Do retry rounds rerun a subject that failed with this recorded kind?"""
-        return RETRY_GROUP.get(kind or "", "exception") in self.auto_retry_on
+        """Do retry rounds rerun a subject that failed with this recorded kind? (A failure without
+        a kind counts as an exception; a kind that is no FailureKind is a KeyError: a bug.)"""
+        group = RETRY_GROUP[kind] if kind is not None else "exception"
+        return group is not None and group in self.auto_retry_on
 
     @model_validator(mode="after")
     def _combinations_that_make_sense(self) -> RunPolicy:
@@ -228,6 +241,10 @@ class RunPolicy(BaseModel):
                 ("persistent_worker_recycle_after_tasks",),
                 "persistent_worker_recycle_after_tasks only applies to parallel_mode 'persistent'",
             ))
+        if self.memory_budget_mb is not None and self.backend != "process":
+            problems.append((("memory_budget_mb",), "memory_budget_mb applies to backend 'process' (it admits "
+                             "subjects into that backend's workers by their predicted memory); drop it or use "
+                             "backend 'process'"))
         if self.dask is not None and self.backend != "dask":
             problems.append((("dask",), "the 'dask' settings need backend 'dask'"))
         if self.backend == "dask" and self.cap_workers_to_gpu_pool:

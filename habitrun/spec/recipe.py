@@ -27,6 +27,11 @@ STAGE_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
 IMPORT_PATH_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*([:.][A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*)$"
 
 StageKind = Literal["map", "collect", "train"]
+# A command map stage's operator: habitrun's own class, so a tool runs under every guarantee a
+# Python operator has (timeout, memory limit, retries, isolation, logs, resume, trace).
+COMMAND_OPERATOR = "habitrun.engine.command.operator:CommandOperator"
+ContainerEngine = Literal["apptainer", "singularity", "podman", "docker", "bwrap"]
+_COMMAND_ONLY = ("outputs", "env", "shell", "version", "container")
 StdStream = Literal["none", "out", "err", "all"]
 FileNeed = Literal["required", "optional"]
 
@@ -41,12 +46,13 @@ def _optional_policy_fields() -> dict[str, Any]:
     for name, info in RunPolicy.model_fields.items():
         annotation: Any = info.annotation
         if info.metadata:
-            annotation = Annotated[(annotation, *info.metadata)]
+            parts = (annotation, *info.metadata)
+            annotation = Annotated[parts]
         fields[name] = (annotation, Field(default=None, description=info.description))
     return fields
 
 
-PolicyOverride = create_model(  # type: ignore[call-overload]
+PolicyOverride = create_model(
     "PolicyOverride",
     __config__=ConfigDict(frozen=True, extra="forbid"),
     __doc__="A stage's partial RunPolicy: the fields it sets replace the recipe's.",
@@ -209,6 +215,56 @@ class LaunchSpec(BaseModel):
         return self
 
 
+PUBLISH_DEFAULT_DIR = "results/{stage}"
+PublishMode = Literal["copy", "link"]
+
+
+class PublishSpec(BaseModel):
+    """Where a stage's current result files are copied (or hard-linked) in the study, under stable names.
+
+    ``publish: true`` is ``{to: results/{stage}}``; ``publish: some/folder`` sets ``to``.
+    Publishing never enters a key: changing it reruns nothing.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    to: str = Field(default=PUBLISH_DEFAULT_DIR, min_length=1, description="Folder relative to the recipe's folder (or absolute); '{stage}' is the stage's name.")
+    mode: PublishMode = Field(default="copy", description="copy: files of their own (safe to edit); link: hard links to the stored files (no extra space; never edit them in place), copied where a link cannot be made.")
+
+    @field_validator("to")
+    @classmethod
+    def _only_the_stage_placeholder(cls, value: str) -> str:
+        try:
+            value.format(stage="x")
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ValueError(f"'to' may hold only the placeholder {{stage}} ({exc!s} in {value!r})") from None
+        return value
+
+
+def _publish_shorthand(value: Any) -> Any:
+    """``true`` → the default folder; ``false``/null → not published; a string → that folder."""
+    if value is True:
+        return PublishSpec()
+    if value is False:
+        return None
+    if isinstance(value, str):
+        return {"to": value}
+    return value
+
+
+class ContainerSpec(BaseModel):
+    """Where a command stage's tool runs: an image and the engine that runs it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    image: str = Field(min_length=1, description="podman/docker: an image reference (localhost/name:tag); apptainer/singularity: a .sif file or sandbox folder; bwrap: an unpacked root file system folder (paths relative to the recipe).")
+    engine: Optional[ContainerEngine] = Field(default=None, description="apptainer, singularity, podman, docker or bwrap; null: the first of apptainer, singularity, podman, docker found on PATH (bwrap for a folder image when none is).")  # noqa: UP045
+    binds: tuple[str, ...] = Field(default=(), description="More host folders bound read-only at the same path (data roots outside the study); relative to the recipe.")
+    network: bool = Field(default=False, description="Give the tool the network (off unless asked).")
+    engine_options: tuple[str, ...] = Field(default=(), description="Arguments put right after the engine's name (podman: --runtime runc --storage-driver vfs ...).")
+    run_options: tuple[str, ...] = Field(default=(), description="Arguments put after 'run'/'exec' (podman: --ulimit nofile=1024:1024 ...).")
+
+
 class StageSpec(BaseModel):
     """One stage: a map over subjects, a collect of all results, or a train rank group."""
 
@@ -218,7 +274,12 @@ class StageSpec(BaseModel):
     kind: StageKind = Field(default="map", description="map: per subject; collect: all results into one; train: a rank group.")
     operator: Optional[str] = Field(default=None, pattern=IMPORT_PATH_PATTERN, description="'module:attr' or 'module.attr' (map and collect).")  # noqa: UP045
     entrypoint: Optional[str] = Field(default=None, pattern=IMPORT_PATH_PATTERN, description="'module:function' run on every rank (train).")  # noqa: UP045
-    command: Optional[tuple[str, ...]] = Field(default=None, min_length=1, description="argv run on every rank, never through a shell (train).")  # noqa: UP045
+    command: Optional[tuple[str, ...]] = Field(default=None, min_length=1, description="train: argv run on every rank; map: the tool's argv per subject, with placeholders ({subject}, {workdir}, {threads}, a manifest column, {params.NAME}, {STAGE.OUTPUT}); never through a shell unless 'shell' is true.")  # noqa: UP045
+    outputs: Optional[dict[str, Union[str, tuple[str, ...]]]] = Field(default=None, description="A command map stage's outputs: name -> a path or glob in the work folder that must match one file, or a list of globs (each matching at least one); the subject's result is {name: path(s)}.")  # noqa: UP007, UP045
+    env: Optional[dict[str, str]] = Field(default=None, description="Environment variables set for the command (placeholders allowed).")  # noqa: UP045
+    shell: bool = Field(default=False, description="Run the command through /bin/sh -c, every substituted value quoted (an explicit opt-in).")
+    version: Optional[tuple[str, ...]] = Field(default=None, min_length=1, description="argv printing the tool's version ([dcm2niix, -v]): its output enters the key; null: the executable's content does.")  # noqa: UP045
+    container: Optional[ContainerSpec] = Field(default=None, description="Run the command in a container (image, engine); the image's identity enters the key.")  # noqa: UP045
     params: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the operator.")
     needs: tuple[str, ...] = Field(default=(), description="Stages whose results this stage reads.")
     policy: Optional[PolicyOverride] = Field(default=None, description="Fields of the recipe's policy this stage overrides.")  # type: ignore[valid-type]  # noqa: UP045
@@ -226,6 +287,11 @@ class StageSpec(BaseModel):
     inputs: tuple[str, ...] = Field(default=(), description="Files the stage reads that are not in the manifest (an atlas, a checkpoint): paths or globs relative to the recipe; their content enters every key of the stage.")
     fields: Optional[tuple[str, ...]] = Field(default=None, description="The manifest columns this stage uses: only these enter its keys (null: every column).")  # noqa: UP045
     code_version: Optional[str] = Field(default=None, min_length=1, description="Replaces the automatic code fingerprint: only this text counts for the code (bump it to rerun).")  # noqa: UP045
+    publish: Optional[PublishSpec] = Field(default=None, description="Copy the stage's current result files into the study after it runs: true (to results/<stage>/), a folder, or {to, mode}.")  # noqa: UP045
+
+    _publish_forms = field_validator(  # the schema admits the shorthands too
+        "publish", mode="before", json_schema_input_type=Union[bool, str, PublishSpec, None],  # noqa: UP007
+    )(_publish_shorthand)
 
     @field_validator("code_version", mode="before")
     @classmethod
@@ -235,7 +301,21 @@ class StageSpec(BaseModel):
             return str(value)
         return value
 
-    @field_validator("command", mode="before")
+    @model_validator(mode="before")
+    @classmethod
+    def _command_operator(cls, data: Any) -> Any:
+        """A map stage with a ``command`` runs it through habitrun's own operator."""
+        if isinstance(data, dict) and data.get("kind", "map") == "map" and data.get("command") is not None:
+            if data.get("operator") in (None, COMMAND_OPERATOR):
+                return {**data, "operator": COMMAND_OPERATOR}
+        return data
+
+    @property
+    def runs_command(self) -> bool:
+        """A map stage that runs a command-line tool (through :data:`COMMAND_OPERATOR`)."""
+        return self.kind == "map" and self.command is not None
+
+    @field_validator("command", "version", mode="before")
     @classmethod
     def _numbers_as_arguments(cls, value: Any) -> Any:
         """``--epochs, 5`` or ``"${vars.epochs}"`` (a number) is the argument "5"."""
@@ -248,11 +328,23 @@ class StageSpec(BaseModel):
     @model_validator(mode="after")
     def _fields_fit_the_kind(self) -> StageSpec:
         problems: list[tuple[tuple[Any, ...], str]] = []
+        if self.runs_command:
+            if self.operator != COMMAND_OPERATOR:
+                problems.append((("operator",), "a map stage takes 'operator' or 'command', not both"))
+            from habitrun.spec.placeholders import command_problems
+
+            problems += command_problems(self)
+        elif any(getattr(self, k) not in (None, False) for k in _COMMAND_ONLY):
+            for k in _COMMAND_ONLY:
+                if getattr(self, k) not in (None, False):
+                    problems.append(((k,), f"'{k}' belongs to a map stage with a 'command', not to a "
+                                           f"{self.kind} stage{' with an operator' if self.kind == 'map' else ''}"))
         if self.kind in ("map", "collect"):
             if self.operator is None:
-                problems.append((("operator",), f"a {self.kind} stage needs an 'operator' ('module:attribute')"))
+                problems.append((("operator",), f"a {self.kind} stage needs an 'operator' ('module:attribute') "
+                                                "or, for a map stage, a 'command'"))
             for extra in ("entrypoint", "command", "launch"):
-                if getattr(self, extra) is not None:
+                if getattr(self, extra) is not None and not (extra == "command" and self.runs_command):
                     problems.append(((extra,), f"'{extra}' belongs to train stages, not to a {self.kind} stage"))
         else:
             if self.operator is not None:

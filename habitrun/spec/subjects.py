@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, overload
 
 from habitrun.errors import RecipeError
-from habitrun.spec.gcpause import gc_paused
 from habitrun.spec.manifest import ManifestRows, id_text, read_manifest
 from habitrun.spec.safenames import all_plain, apart_without_case, safe_names
 
@@ -61,19 +60,15 @@ class SubjectTable(Sequence[SubjectRow]):
         self.file_columns = tuple(file_columns)
         self.required = tuple(required)
         self.discovery = discovery
-        self._id_cell: int | None = None  # which cell of a manifest line is the id, verbatim
         self.notes: list[str] = []  # what reading the manifest decided for the user (see ManifestRows.notes)
         self.excluded: list[str] = []  # ids include/exclude left out (found, or in the manifest)
 
     @classmethod
     def of_manifest(cls, manifest: ManifestRows, ids: list[str], safe: list[str],
-                    index: Sequence[int] | None = None, id_cell: int | None = None) -> SubjectTable:
-        """The subjects of manifest rows ``index`` (default: every row), with their ids and safe
-        names; ``id_cell``: the place of the id among a plain line's cells, when each id is that
-        cell as it stands (see :meth:`plain_lines`)."""
+                    index: Sequence[int] | None = None) -> SubjectTable:
+        """The subjects of manifest rows ``index`` (default: every row), with their ids and safe names."""
         table = cls()
         table.ids, table.safe_names, table._manifest, table._fields = ids, safe, manifest, None
-        table._id_cell = id_cell
         table._index = index if index is not None else range(len(ids))
         return table
 
@@ -105,17 +100,6 @@ class SubjectTable(Sequence[SubjectRow]):
         (those from ``start`` to ``stop`` only, when given)."""
         assert self._manifest is not None
         return self._manifest.values(self._index[start:stop], columns)
-
-    def plain_lines(self) -> tuple[list[str], str, int] | None:
-        """The lines of a plain CSV/TSV, its delimiter and which cell of a line is the subject's
-        id as it stands, when the subjects are its rows, each line in order (no include/exclude,
-        no id made from its cell); None otherwise. The planner makes keys from them."""
-        manifest, at = self._manifest, self._id_cell
-        if manifest is None or manifest.lines is None or at is None or self._fields is not None:
-            return None
-        if self.columns() is None or not isinstance(self._index, range) or self._index != range(len(manifest.lines)):
-            return None
-        return manifest.lines, manifest.delimiter, at
 
     def column(self, name: str) -> list[Any]:
         """Every subject's value in column ``name`` (None where its row has none)."""
@@ -182,11 +166,28 @@ class SubjectTable(Sequence[SubjectRow]):
 
 class _RowsById(Mapping[str, SubjectRow]):
     """id -> row of a SubjectTable, each row built at its first lookup and kept: a run looks
-    up the subjects it runs once a stage (a dict lookup then, as for a list of rows)."""
+    up the subjects it runs once a stage (a dict lookup then, as for a list of rows).
+
+    A found subject's file columns hold its paths as stored (relative to a root: see
+    :mod:`habitrun.spec.roots`); the rows given here, to operators, hold the files' absolute
+    paths today."""
 
     def __init__(self, table: SubjectTable) -> None:
         self._table = table
         self._built: dict[str, SubjectRow] = {}
+        report = table.discovery
+        self._roots = report.roots if report is not None else None
+        self._files = tuple(c for c in table.file_columns) if self._roots is not None else ()
+
+    def _resolved(self, row: SubjectRow) -> SubjectRow:
+        if not self._files:
+            return row
+        fields = dict(row.fields)
+        resolve = self._roots.resolve_cell  # type: ignore[union-attr]
+        for col in self._files:
+            if col in fields:
+                fields[col] = resolve(fields[col])
+        return SubjectRow(row.id, fields, row.safe)
 
     def __getitem__(self, subject_id: str) -> SubjectRow:
         row = self._built.get(subject_id)
@@ -194,7 +195,7 @@ class _RowsById(Mapping[str, SubjectRow]):
             row = self._table.by_id(subject_id)
             if row is None:
                 raise KeyError(subject_id)
-            self._built[subject_id] = row
+            row = self._built[subject_id] = self._resolved(row)
         return row
 
     def __contains__(self, subject_id: object) -> bool:
@@ -208,7 +209,8 @@ class _RowsById(Mapping[str, SubjectRow]):
 
 
 def rows_by_id(subjects: Sequence[SubjectRow]) -> Mapping[str, SubjectRow]:
-    """id -> row of ``subjects`` (a SubjectTable's rows built only when looked up)."""
+    """id -> row of ``subjects`` (a SubjectTable's rows built only when looked up), as operators
+    see it: a found subject's files by their absolute paths."""
     if isinstance(subjects, SubjectTable):
         return _RowsById(subjects)
     return {row.id: row for row in subjects}
@@ -228,10 +230,9 @@ def load_subjects(loaded: LoadedRecipe) -> SubjectTable:
     id that is not in the manifest, or filters that leave no subject; for
     subjects found on disk, see :func:`habitrun.spec.discover.discover`.
     """
-    with gc_paused():
-        if loaded.recipe.subjects.found:
-            return _found_subjects(loaded)
-        return _load_subjects(loaded)
+    if loaded.recipe.subjects.found:
+        return _found_subjects(loaded)
+    return _load_subjects(loaded)
 
 
 def _found_subjects(loaded: LoadedRecipe) -> SubjectTable:
@@ -296,15 +297,14 @@ def _load_subjects(loaded: LoadedRecipe) -> SubjectTable:
     values = table.column(id_col)
     if table.lines is not None and all_plain(values) and _distinct(values):
         ids, index, safe = values, None, values  # plain ids, each once: the usual case, in bulk
-        id_cell: int | None = table.columns.index(id_col) if table.columns is not None else None
         problems = _filter_problems(loaded, dict.fromkeys(ids)) if spec.include is not None or spec.exclude else []
     else:
         ids, index, problems = _checked_ids(table, id_col, values, loaded)
-        safe, id_cell = safe_names(ids), None
+        safe = safe_names(ids)
     if problems:
         raise RecipeError(problems)
     safe = apart_without_case(ids, safe, distinct=safe is ids)  # plain ids: their names differ as they do
-    subjects = _filtered(loaded, SubjectTable.of_manifest(table, ids, safe, index, id_cell))
+    subjects = _filtered(loaded, SubjectTable.of_manifest(table, ids, safe, index))
     if not subjects:
         raise RecipeError([f"{loaded.locate(('subjects',))}: include/exclude leave no subjects to run"])
     subjects.notes = list(table.notes)
@@ -355,7 +355,7 @@ def _checked_ids(table: ManifestRows, id_col: str, values: list[Any],
     return ids, index, problems + _filter_problems(loaded, seen)
 
 
-def _filter_problems(loaded: LoadedRecipe, known: dict[str, int]) -> list[str]:
+def _filter_problems(loaded: LoadedRecipe, known: Mapping[str, Any]) -> list[str]:
     """Ids in include/exclude that the manifest lacks: most likely a typo, so an error."""
     spec = loaded.recipe.subjects
     problems = []
@@ -371,7 +371,7 @@ def _filter_problems(loaded: LoadedRecipe, known: dict[str, int]) -> list[str]:
 _INT_TEXT = re.compile(r"-?[0-9]{1,4300}")
 
 
-def _missing_id_hint(name: str, subject_id: str, known: dict[str, int]) -> str:
+def _missing_id_hint(name: str, subject_id: str, known: Mapping[str, Any]) -> str:
     """A close manifest id; for a number, the manifest id it is as written (``2`` for '002')."""
     if _INT_TEXT.fullmatch(subject_id):
         same = next((k for k in known if k != subject_id and _INT_TEXT.fullmatch(k) and int(k) == int(subject_id)), None)
@@ -387,6 +387,8 @@ def row_locations(loaded: LoadedRecipe, ids: set[str]) -> dict[str, str]:
     Reads the manifest again: this is the error path, and rows do not carry their lines.
     """
     spec = loaded.recipe.subjects
+    if spec.manifest is None:
+        return {}
     path = Path(spec.manifest).expanduser()
     path = path if path.is_absolute() else loaded.root / path
     try:

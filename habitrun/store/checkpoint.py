@@ -112,14 +112,19 @@ class CheckpointStore(StoreQueries):
 
     @property
     def _con(self) -> sqlite3.Connection:
-        return self._ro_con if self._cache is None else dc.connection(self._cache)
+        if self._cache is not None:
+            return dc.connection(self._cache)
+        assert self._ro_con is not None  # opened read-only: no cache, a connection of its own
+        return self._ro_con
 
-    def set_roots(self, run_root: Path, study_root: Path) -> None:
-        """The study's folders: paths under them in results are stored relative, and resolved
-        against them when read (see :mod:`habitrun.store.relpaths`)."""
-        run_root, study_root = os.path.abspath(run_root), os.path.abspath(study_root)
-        self._relativize = Relativizer([("run", run_root), ("study", study_root)])
-        set_reader_roots({"run": run_root, "study": study_root})
+    def set_roots(self, run_root: Path, study_root: Path, data_roots: Sequence[tuple[str, str]] = ()) -> None:
+        """The study's folders, and its declared data roots ((vars name, folder): see
+        :mod:`habitrun.spec.roots`): paths under them in results are stored relative, and
+        resolved against them when read (see :mod:`habitrun.store.relpaths`)."""
+        run, study = os.path.abspath(run_root), os.path.abspath(study_root)
+        data = [(f"var:{name}", os.path.abspath(folder)) for name, folder in data_roots]
+        self._relativize = Relativizer([("run", run), *data, ("study", study)])
+        set_reader_roots({"run": run, "study": study, **dict(data)})
 
     # -- opening -----------------------------------------------------------------------------
     @classmethod
@@ -175,7 +180,8 @@ class CheckpointStore(StoreQueries):
             if emptied:
                 write_seal(self.directory / DB_NAME)
             return emptied
-        self._ro_con.close()
+        if self._ro_con is not None:
+            self._ro_con.close()
         return False
 
     def __enter__(self) -> CheckpointStore:
@@ -296,8 +302,9 @@ class CheckpointStore(StoreQueries):
                     f"SELECT key FROM {RECORDS} WHERE key IN {KEYS_PARAM}", (json.dumps(keys),)
                 )
             ]
+            cache = self._writer()
             for key in present:
-                self._cache.delete(key, retry=True)
+                cache.delete(key, retry=True)
             con.execute(f"DELETE FROM {RECORDS} WHERE key IN {KEYS_PARAM}", (json.dumps(present),))
             con.execute(f"DELETE FROM {CHANGED} WHERE key IN {KEYS_PARAM}", (json.dumps(present),))
         return len(present)

@@ -85,13 +85,14 @@ def _check_database(directory: Path, db: Path) -> StoreDirState:
             if not tables:
                 return StoreDirState.EMPTY
             raise _refuse(directory, f"{DB_NAME} is an SQLite database of something else")
-        meta = dict(con.execute(f"SELECT name, value FROM {META_TABLE}").fetchall())
+        meta: dict[str, str] | None = dict(con.execute(f"SELECT name, value FROM {META_TABLE}").fetchall())
     except sqlite3.DatabaseError as exc:
         meta = _meta_of_damaged(db)
         if meta is None:
             raise _refuse(directory, f"{DB_NAME} is damaged ({exc})") from None
     finally:
         con.close()
+    assert meta is not None  # a damaged store without one was refused above
     if meta.get("format") != STORE_FORMAT:
         raise _refuse(directory, f"{DB_NAME} has an unknown format marker {meta.get('format')!r}")
     try:

@@ -71,16 +71,9 @@ def _frame(payload: Any) -> bytes:
     return _FRAME.pack(len(data), zlib.crc32(data)) + data
 
 
-def _split(records: Sequence[Record]) -> tuple[list[tuple], list[tuple[str, str, str]], bytes | None]:
-    """The rows of a batch and its records not kept (too large, or not picklable): one pickle
-    of the whole batch when its results are small on average, else record by record."""
-    rows = [_row_of(r) for r in records]
-    try:
-        data = pickle.dumps(rows, protocol=pickle.HIGHEST_PROTOCOL)
-        if len(data) <= min(RESULT_MAX * len(rows), BATCH_MAX):  # small results on average: all kept
-            return rows, [], data
-    except Exception:  # noqa: BLE001 - an unpicklable result: found record by record below
-        pass
+def _kept(rows: list[tuple], records: Sequence[Record]) -> tuple[list[tuple], list[tuple[str, str, str]]]:
+    """The rows whose result is small enough to keep, and the (stage, subject, key) of the others
+    (too large, or not picklable), looked at record by record."""
     kept, unkept = [], []
     for row, rec in zip(rows, records, strict=True):
         try:
@@ -90,7 +83,7 @@ def _split(records: Sequence[Record]) -> tuple[list[tuple], list[tuple[str, str,
         except Exception:  # noqa: BLE001 - the store refuses it too (a failure then)
             pass
         unkept.append((rec.stage, rec.subject_id, rec.key))
-    return kept, unkept, None
+    return kept, unkept
 
 
 class RunJournal:
@@ -111,15 +104,25 @@ class RunJournal:
         self._write(MAGIC + _frame((HEADER, run_id, str(store_dir), time.time())))
 
     def outcomes(self, records: Sequence[Record], trace: Sequence[tuple] | None) -> int:
-        """Append a batch (before the recorder stores it); its sequence number."""
-        rows, unkept, data = _split(records)
+        """Append a batch (before the recorder stores it); its sequence number.
+
+        One pickle of the whole frame when its results are small on average (the usual
+        batch, often of one outcome: this runs once per reply on the dispatch thread);
+        else record by record, keeping what is small enough.
+        """
+        rows = [_row_of(r) for r in records]
+        trace_rows = list(trace or ())
         self.seq += 1
-        if data is not None and not unkept:
-            # The rows were pickled once already: reuse those bytes inside the frame's tuple.
-            payload = (OUTCOMES, self.seq, time.time(), _Raw(data), list(trace or ()), [])
+        ts = time.time()
+        try:
+            data = pickle.dumps((OUTCOMES, self.seq, ts, rows, trace_rows, []), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:  # noqa: BLE001 - an unpicklable result: found record by record below
+            data = None
+        if data is not None and len(data) <= min(RESULT_MAX * len(rows), BATCH_MAX):
+            self._write(_FRAME.pack(len(data), zlib.crc32(data)) + data)
         else:
-            payload = (OUTCOMES, self.seq, time.time(), rows, list(trace or ()), unkept)
-        self._write(_frame(payload))
+            kept, unkept = _kept(rows, records)
+            self._write(_frame((OUTCOMES, self.seq, ts, kept, trace_rows, unkept)))
         return self.seq
 
     def committed(self, seq: int, total: int) -> None:
@@ -149,18 +152,6 @@ class RunJournal:
                 self.broken = True
                 if self.on_error is not None:
                     self.on_error(exc)
-
-
-class _Raw:
-    """Rows already pickled: pickled again as those bytes, read back as the rows."""
-
-    __slots__ = ("data",)
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-
-    def __reduce__(self) -> tuple[Any, tuple[bytes]]:
-        return pickle.loads, (self.data,)
 
 
 @dataclass

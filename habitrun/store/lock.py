@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import socket
 import sys
@@ -24,6 +25,7 @@ from typing import Any
 from habitrun.errors import LockHeldError, StoreError
 from habitrun.store.folders import folder_error
 
+log = logging.getLogger(__name__)
 _HELD: set[int] = set()
 
 
@@ -142,6 +144,7 @@ class StoreLock:
         _HELD.add(fd)
         self._fd = fd
         self._write_holder(fd)
+        log.debug("lock: %s taken by pid %d", self.path, os.getpid())
 
     def release(self) -> None:
         """Drop the lock (the kernel does the same if the process dies)."""

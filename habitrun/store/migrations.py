@@ -9,11 +9,14 @@ temporary objects instead (:func:`read_only_shim`), without a byte written.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 from habitrun.store.guard import META_TABLE, STORE_VERSION
 from habitrun.store.records import COLUMNS, RECORDS, view_of_format
+
+log = logging.getLogger(__name__)
 
 CHANGED = "habitrun_changed"
 CHANGED_DDL = (f"CREATE TABLE IF NOT EXISTS {CHANGED} (key TEXT PRIMARY KEY, stage TEXT NOT NULL,"
@@ -68,6 +71,7 @@ def upgrade(con: Any, to: int = STORE_VERSION) -> None:
     version = read_version(con)
     for step in MIGRATIONS:
         if version < step.to <= to:
+            log.debug("store: format %d -> %d", step.to - 1, step.to)
             for statement in step.upgrade_statements():
                 con.execute(statement)
     if to == STORE_VERSION:

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import habitrun
-from habitrun.spec.pluginsoff import starts_no_python
 
 
 def _user() -> str | None:
@@ -123,7 +122,7 @@ def _named_owner(top: str) -> str | None:
     return name if top in shipped and name else None
 
 
-def _git(folder: Path, *args: str) -> str | None:
+def _git(folder: Path, *args: str, strip: bool = True) -> str | None:
     try:
         done = subprocess.run(
             ["git", "-C", str(folder), *args],
@@ -134,7 +133,22 @@ def _git(folder: Path, *args: str) -> str | None:
         )
     except (OSError, subprocess.SubprocessError):
         return None
-    return done.stdout.strip() if done.returncode == 0 else None
+    if done.returncode != 0:
+        return None
+    return done.stdout.strip() if strip else done.stdout
+
+
+def _changed_paths(porcelain: str) -> list[str]:
+    """The paths in ``git status --porcelain -z`` output (a rename's or copy's new path only)."""
+    paths: list[str] = []
+    entries = iter(porcelain.split("\0"))
+    for entry in entries:
+        if len(entry) < 4:
+            continue
+        paths.append(entry[3:])
+        if entry[0] in "RC":
+            next(entries, None)  # the path it was renamed or copied from
+    return sorted(set(paths))
 
 
 _early_git: dict[Path, tuple[threading.Thread, dict[str, Any]]] = {}
@@ -159,7 +173,7 @@ def start_git_state(folder: Path) -> None:
 
     thread = threading.Thread(target=read, name="habitrun-git-state",
                               daemon=True)  # not waited for by an exit (a run with nothing to do never asks)
-    starts_no_python(thread).start()  # git and uname only: the CLI may still build its models without plugin lookup
+    thread.start()
     _early_git[folder] = (thread, state)
 
 
@@ -174,7 +188,8 @@ def _started_git_state(folder: Path) -> dict[str, Any]:
 
 
 def git_state(folder: Path) -> dict[str, Any]:
-    """The commit and dirty flag of the git repository holding ``folder`` (nulls without git)."""
+    """The commit and dirty flag of the git repository holding ``folder`` (nulls without git), and the
+    tracked files with uncommitted changes (``changed``, relative to the repository's root)."""
     state: dict[str, Any] = {"commit": None, "dirty": None, "root": None}
     if shutil.which("git") is None:
         return state
@@ -183,8 +198,10 @@ def git_state(folder: Path) -> dict[str, Any]:
         return state
     state["commit"] = commit
     state["root"] = _git(folder, "rev-parse", "--show-toplevel")
-    status = _git(folder, "status", "--porcelain", "--untracked-files=no")
+    status = _git(folder, "status", "--porcelain", "-z", "--untracked-files=no", strip=False)
     state["dirty"] = None if status is None else bool(status)
+    if status:
+        state["changed"] = _changed_paths(status)
     return state
 
 
@@ -195,8 +212,13 @@ def collect_provenance(
     argv: list[str],
     operator_modules: Iterable[str],
     backend: dict[str, Any],
+    operator_packages: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The provenance record a run writes when it starts (``finish`` adds the end)."""
+    """The provenance record a run writes when it starts (``finish`` adds the end).
+
+    ``operator_packages``: per stage, the distributions its code imports with their versions (the
+    runner has them from its plan); without it, per operator module, the distribution shipping it.
+    """
     recipe_path = Path(recipe_path).resolve()
     started_at = datetime.now().astimezone().isoformat(timespec="seconds")
     git = _started_git_state(recipe_path.parent)  # before platform(): its thread has filled that cache too
@@ -213,6 +235,7 @@ def collect_provenance(
         "habitrun": habitrun.__version__,
         "recipe": {"path": str(recipe_path), "sha256": recipe_sha256},
         "git": git,
-        "operator_packages": package_versions(operator_modules),
+        "operator_packages": package_versions(operator_modules) if operator_packages is None
+        else operator_packages,
         "backend": dict(backend),
     }

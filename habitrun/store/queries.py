@@ -13,7 +13,7 @@ import sqlite3
 import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from habitrun.errors import StoreError
 from habitrun.store import diskcache_adapter as dc
@@ -186,7 +186,7 @@ class StoreQueries:
         # joined, as the least and greatest ``ok`` say (a quarter cheaper than sorting by ``ok``
         # in a CASE per row). Only a range with a failure is scanned again for both lists.
         where, params = key_range(stage, prefix)
-        part, cut = "key", ()
+        part, cut = "key", cast("tuple[int, ...]", ())
         if prefix:
             part, cut = "substr(key, ?)", (len(prefix) + 1,)
         ((joined, least, most),) = self._con.execute(

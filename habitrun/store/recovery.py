@@ -28,13 +28,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from habitrun.store.journal import JOURNAL_FILE, JournalContent, read_journal, record_of
+from habitrun.store.journal import FIELDS, JOURNAL_FILE, JournalContent, read_journal, record_of
 from habitrun.store.records import Record
 from habitrun.store.trace import COL
 
 RUNS = "runs"
 NAMED = 6  # subjects named in a message
 _TRACE_KEY = COL["key"]
+_STAGE, _KEY, _SUBJECT = (FIELDS.index(name) for name in ("stage", "key", "subject_id"))  # of a journal row
 
 
 class _Times(Protocol):
@@ -88,11 +89,12 @@ def _check(content: JournalContent, times: dict[str, float]) -> RunCheck:
         committed = batch.seq <= content.committed_seq
         traced[batch.seq] = batch.trace
         for row in batch.rows:
-            latest[row[1]] = (committed, batch.ts, row, (row[0], row[2], row[1]))
+            stage, key, sid = row[_STAGE], row[_KEY], row[_SUBJECT]
+            latest[key] = (committed, batch.ts, row, (stage, sid, key))
         for stage, sid, key in batch.unkept:
             latest[key] = (committed, batch.ts, None, (stage, sid, key))
     wanted: set[str] = set()
-    for key, (committed, ts, row, named) in latest.items():
+    for key, (committed, ts, kept, named) in latest.items():
         if key in content.forgotten:
             continue
         check.committed += committed
@@ -101,11 +103,11 @@ def _check(content: JournalContent, times: dict[str, float]) -> RunCheck:
             continue
         if committed:
             check.lost.append(named)
-            if row is not None:
-                check.restorable[key] = record_of(*row)
+            if kept is not None:
+                check.restorable[key] = record_of(*kept)
                 wanted.add(key)
-        elif row is not None:
-            check.pending[key] = record_of(*row)
+        elif kept is not None:
+            check.pending[key] = record_of(*kept)
             wanted.add(key)
     for rows in traced.values():
         check.trace.extend(r for r in rows if r[_TRACE_KEY] in wanted)
@@ -194,7 +196,7 @@ def examine(store: _Times | None, journals: list[JournalContent], store_dir: Pat
     recovery = Recovery(Path(store_dir))
     if not journals:
         return recovery
-    keys = sorted({row[1] for c in journals for b in c.batches for row in b.rows}
+    keys = sorted({row[_KEY] for c in journals for b in c.batches for row in b.rows}
                   | {u[2] for c in journals for b in c.batches for u in b.unkept})
     times = store.written_times(keys) if store is not None else {}
     recovery.runs = [_check(content, times) for content in journals]

@@ -13,35 +13,44 @@ from __future__ import annotations
 import heapq
 import sqlite3
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 TRACE_TABLE = "habitrun_trace"
 
-# Name and SQL type of each column, in row order. Times are Unix seconds (wall clock);
-# memory in MB; read/write bytes are what passed through read()/write() calls.
-TRACE_FIELDS: tuple[tuple[str, str], ...] = (
-    ("run_id", "TEXT"),
-    ("stage", "TEXT NOT NULL"),
-    ("subject", "TEXT NOT NULL"),
-    ("attempt", "INTEGER"),
-    ("outcome", "TEXT"),  # done | failed | retried (failed, and run again in a later round)
-    ("kind", "TEXT"),  # a FailureKind value when not done
-    ("error", "TEXT"),
-    ("queued_at", "REAL"),
-    ("started_at", "REAL"),
-    ("ended_at", "REAL"),
-    ("wall_sec", "REAL"),
-    ("cpu_sec", "REAL"),  # user + system, the subject's child processes included
-    ("peak_rss_mb", "REAL"),  # the subject's own peak, plus its largest child's when known
-    ("child_peak_rss_mb", "REAL"),
-    ("read_bytes", "INTEGER"),
-    ("write_bytes", "INTEGER"),
-    ("pid", "INTEGER"),
-    ("host", "TEXT"),
-    ("gpu", "TEXT"),
-    ("key", "TEXT"),
-    ("log", "TEXT"),
-)
+class TraceRow(NamedTuple):
+    """One subject attempt, a row of the trace table: its fields are the table's columns, in order
+    (the one place that order is written). Times are Unix seconds (wall clock); memory in MB; read/write
+    bytes are what passed through read()/write() calls. Columns that could not be measured are None."""
+
+    run_id: str | None
+    stage: str
+    subject: str
+    attempt: int | None
+    outcome: str | None  # done | failed | retried (failed, and run again in a later round)
+    kind: str | None  # a FailureKind value when not done
+    error: str | None
+    queued_at: float | None
+    started_at: float | None
+    ended_at: float | None
+    wall_sec: float | None
+    cpu_sec: float | None  # user + system, the subject's child processes included
+    peak_rss_mb: float | None  # the subject's own peak, plus its largest child's when known
+    child_peak_rss_mb: float | None
+    read_bytes: int | None
+    write_bytes: int | None
+    pid: int | None
+    host: str | None
+    gpu: str | None
+    key: str | None
+    log: str | None
+
+
+_SQL_TYPES = {"stage": "TEXT NOT NULL", "subject": "TEXT NOT NULL", "attempt": "INTEGER", "read_bytes": "INTEGER",
+              "write_bytes": "INTEGER", "pid": "INTEGER", "queued_at": "REAL", "started_at": "REAL",
+              "ended_at": "REAL", "wall_sec": "REAL", "cpu_sec": "REAL", "peak_rss_mb": "REAL",
+              "child_peak_rss_mb": "REAL"}  # every other column: TEXT
+# Name and SQL type of each column, in row order.
+TRACE_FIELDS: tuple[tuple[str, str], ...] = tuple((name, _SQL_TYPES.get(name, "TEXT")) for name in TraceRow._fields)
 TRACE_COLUMNS: tuple[str, ...] = tuple(name for name, _ in TRACE_FIELDS)
 COL = {name: i for i, name in enumerate(TRACE_COLUMNS)}
 

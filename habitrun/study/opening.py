@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, TypeVar
 from habitrun.errors import StoreError
 from habitrun.planner.context import build_context
 from habitrun.planner.plan import outcome_ranges
+from habitrun.spec.roots import declared_roots
 from habitrun.spec.subjects import SubjectTable, load_subjects
 from habitrun.store.checkpoint import CheckpointStore
 
@@ -61,7 +62,7 @@ def open_store(loaded: LoadedRecipe, *, write: bool = False, create: bool = Fals
         ensure_folder(loaded.run_root())
         ensure_folder(store_dir.parent)
     store = CheckpointStore.open(store_dir, create=create, read_only=not write)
-    store.set_roots(loaded.run_root(), loaded.root)
+    store.set_roots(loaded.run_root(), loaded.root, declared_roots(loaded).data)
     store.verify_rows = verify
     return store
 

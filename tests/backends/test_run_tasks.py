@@ -11,8 +11,11 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from habitrun.engine.contract import FailureKind
 from habitrun.engine.control import StopFlag
+from habitrun.errors import OperatorBindError
 from tests.backends.conftest import started, suite_op
 from tests.backends.variants import for_backends, known_gap
 from tests.conftest import wait_gone
@@ -60,6 +63,17 @@ def test_a_subject_past_its_timeout_fails_and_its_worker_is_stopped(variant, bac
     assert got["S1"].ok and got["S2"].ok
     assert slow.worker_pid is not None and not wait_gone([slow.worker_pid], timeout=15)
 
+
+
+@for_backends("bind_error")
+def test_a_constructor_that_raises_is_one_stage_error_not_a_failure_per_subject(variant, backends, tasks):
+    backend = backends(variant)
+    reported = []
+    with pytest.raises(OperatorBindError) as caught:
+        backend.run_tasks(suite_op("Unbuildable"), tasks(*[{"do": "ok"}] * 4), reported.extend, StopFlag())
+    assert caught.value.message == OperatorBindError.for_stage(
+        "s", suite_op("Unbuildable").path, "ImportError: No module named 'nibabel'").message
+    assert reported == []  # no subject failed: the stage did (and the run stops: the backend is closed)
 
 DASK_DEATH_IS_VAGUE = (
     "dask reports a worker's death without how it ended (exit code, signal; only its nanny knows), and "

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-BACKEND_LEVEL = ("success", "raise", "timeout", "death", "oom", "stop", "reuse", "isolation")
+BACKEND_LEVEL = ("success", "raise", "timeout", "death", "oom", "stop", "reuse", "isolation", "bind_error")
 ENGINE_LEVEL = ("retry", "retry_death", "fail_fast", "resume", "stop_resume")
 BEHAVIOURS = BACKEND_LEVEL + ENGINE_LEVEL
 NEED_A_WORKER_PROCESS = frozenset({"timeout", "death", "oom", "isolation", "retry_death"})

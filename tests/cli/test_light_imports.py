@@ -34,7 +34,7 @@ NEVER = {  # imported by none of the commands below
     "rich.progress",
 }
 NOT_BY = {
-    "validate": {"rich", "rich.console", "habitrun.store.lock", "habitrun.cli.plan",
+    "validate": {"habitrun.store.lock", "habitrun.cli.plan",
                  "habitrun.planner.plan", "habitrun.store.checkpoint", "diskcache"},  # the stage inputs only
     "plan": {"habitrun.store.lock", "habitrun.cli.status"},
     "status": set(),

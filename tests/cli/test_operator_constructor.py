@@ -52,6 +52,7 @@ POLICIES = {
     "persistent": "backend: process, workers: 2, parallel_mode: persistent",
     "isolated": "backend: process, workers: 2, parallel_mode: isolated",
     "serial": "backend: serial, subject_timeout_sec: null",
+    "dask": "backend: dask, workers: 2",
 }
 
 

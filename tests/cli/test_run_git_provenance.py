@@ -36,7 +36,8 @@ def test_the_run_records_the_commit_root_and_dirty_flag_of_the_study_repository(
     head = git(tmp_path / "repo", "rev-parse", "HEAD")
     assert run_provenance(recipe) == {"commit": head, "dirty": False, "root": str((tmp_path / "repo").resolve())}
     (study / "salt.txt").write_text("two\n")  # a tracked file changed: dirty
-    assert run_provenance(recipe) == {"commit": head, "dirty": True, "root": str((tmp_path / "repo").resolve())}
+    assert run_provenance(recipe) == {"commit": head, "dirty": True, "root": str((tmp_path / "repo").resolve()),
+                                      "changed": ["study/salt.txt"]}  # relative to the repository's root
 
 
 def test_outside_a_repository_the_git_fields_are_null(tmp_path: Path) -> None:

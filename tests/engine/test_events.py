@@ -18,6 +18,7 @@ from habitrun.engine.events import (
     RunStarted,
     RunWarning,
     StageFinished,
+    StagePublished,
     StageStarted,
     Stopping,
     SubjectDone,
@@ -30,6 +31,7 @@ from habitrun.engine.events import (
     subject_done_dict,
 )
 from habitrun.engine.tracing import done_event, failed_event, trace_row
+from habitrun.engine.usage import Usage
 
 MEASURED = ["duration_sec", "pid", "queued_at", "started_at", "ended_at", "cpu_sec", "peak_rss_mb", "read_bytes",
             "write_bytes", "host", "gpu"]
@@ -37,7 +39,8 @@ MEASURED = ["duration_sec", "pid", "queued_at", "started_at", "ended_at", "cpu_s
 
 def _row(ok: bool = True) -> tuple:
     task = SubjectTask(key="k1", subject_id="S1", fields={}, inputs={}, workdir="/w", log_path="/l/S1.log", attempt=2)
-    usage = (10.0, 11.5, 1.25, 2048, None, 100, 200, "node1", "0")
+    usage = Usage(started_at=10.0, ended_at=11.5, cpu_sec=1.25, peak_rss_kb=2048, child_peak_rss_kb=None,
+                  read_bytes=100, write_bytes=200, host="node1", gpu="0")
     outcome = SubjectOutcome(task=task, ok=ok, error=None if ok else "ValueError: x",
                              kind=None if ok else FailureKind.EXCEPTION, duration_sec=1.5, worker_pid=42, usage=usage)
     return trace_row("r1", "feat", outcome, "done" if ok else "failed", 9.0, 12.0)
@@ -60,6 +63,7 @@ EVERY_KIND = [
     Stopping(signal="SIGINT", stage="a", kind="map", running=2, grace_sec=15.0, backend="process"),
     ConsoleLine(line="[t/0] hello\n"),
     LargeResult(stage="a", subject="S1", size_mb=20.0, limit_mb=10),
+    StagePublished(stage="a", folder="results/a/", files=3, written=1, removed=0),
     RetryRound(stage="a", subjects=2, attempt=2),  # as runs before issue 32 wrote it: no ids, no kinds
 ]
 

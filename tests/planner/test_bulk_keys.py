@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from habitrun.planner.bytetexts import CHUNK, ByteTexts
-from habitrun.planner.keys import subject_part, subject_parts
+from habitrun.planner.keys import CHUNK, subject_part, subject_parts
 from habitrun.planner.plan import plan_study
 from habitrun.spec.loader import load_recipe
 from habitrun.spec.subjects import SubjectTable, load_subjects
@@ -49,16 +48,12 @@ def test_bulk_parts_are_the_parts_of_each_row(tmp_path: Path, name: str) -> None
     assert all(parts[row.id] == parts.get(row.id) for row in table) and parts.get("nobody") is None
 
 
-def test_parts_made_as_bytes_by_chunk_are_the_parts_of_each_row(tmp_path: Path) -> None:
-    """More rows than a chunk (bytetexts.CHUNK); one chunk with ids of two lengths (made as text),
-    the others as bytes; a value not in ASCII; the id in the second column."""
+def test_parts_made_by_chunk_are_the_parts_of_each_row(tmp_path: Path) -> None:
+    """More rows than a chunk (keys.CHUNK); ids of two lengths; a value not in ASCII; the id in
+    the second column."""
     rows = [f"v{i % 7}é,S{i:06d},{i * 31 % 1000}" for i in range(CHUNK + 10)]
     rows[CHUNK + 3] = "x,S1,y"  # the last chunk: ids of two lengths
     table = _table(tmp_path, "p,subject_id,q\n" + "\n".join(rows) + "\n")
-    lines = table.plain_lines()
-    assert lines is not None and lines[2] == 1
-    made = ByteTexts(*lines, ("p", "subject_id", "q"), ("p", "q", "subject_id"))
-    assert made.texts(0, table.ids[:CHUNK]) is not None and made.texts(CHUNK, table.ids[CHUNK:]) is None
     parts = subject_parts(table)
     for i in (0, 1, CHUNK - 1, CHUNK, CHUNK + 3, CHUNK + 9):
         row = table[i]

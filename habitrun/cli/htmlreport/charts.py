@@ -79,10 +79,10 @@ def histogram(values: Sequence[float], *, unit: str, color: str, limit: float | 
     ystep = max(1, int(nice_step(peak, 4)))
     ymax = max(ystep, math.ceil(peak / ystep) * ystep)
     # grid and axes
-    for tick in range(0, ymax + 1, ystep):
-        y = top + plot_h - tick / ymax * plot_h
+    for count_tick in range(0, ymax + 1, ystep):
+        y = top + plot_h - count_tick / ymax * plot_h
         parts.append(f'<line class="grid" x1="{left}" x2="{left + plot_w}" y1="{y:.1f}" y2="{y:.1f}"/>'
-                     f'<text class="tick" x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{tick}</text>')
+                     f'<text class="tick" x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{count_tick}</text>')
     tick = 0.0
     while tick <= upper + 1e-12:
         x = left + tick / upper * plot_w
@@ -222,7 +222,7 @@ def _aggregated(rows: Sequence[tuple], lane_of: list[int], lanes: int, colors: d
     last_col = COLUMNS - 1
     busy = [0.0] * (lanes * COLUMNS * width)  # (lane, column, stage) -> seconds busy
     started = [0] * (lanes * COLUMNS)
-    marks = []
+    marks: list[tuple[Any, int]] = []
     for row, lane in zip(rows, lane_of, strict=True):
         s = row[start] - t0
         e = (row[end] or row[start]) - t0

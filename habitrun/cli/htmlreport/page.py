@@ -17,6 +17,15 @@ from habitrun.cli.htmlreport.charts import (
     timeline,
 )
 from habitrun.cli.htmlreport.gather import ReportData
+from habitrun.cli.htmlreport.sections import CSS as SECTIONS_CSS
+from habitrun.cli.htmlreport.sections import (
+    changes_section,
+    compact_stage,
+    environment_section,
+    parameters_section,
+    results_section,
+)
+from habitrun.cli.memory_text import memory_html
 from habitrun.errors import UsageError
 from habitrun.store.trace import COL
 
@@ -183,11 +192,28 @@ def _provenance(data: ReportData) -> str:
     ]
     packages = prov.get("operator_packages") or {}
     if packages:
-        items.append(("operator packages", ", ".join(f"{k} {v or '(local)'}" for k, v in packages.items())))
+        items.append(("operator packages", "; ".join(_packages_text(k, v) for k, v in packages.items())))
     out = ['<section id="provenance"><h2>Provenance</h2><div class="card"><dl class="prov">']
     out.extend(f"<dt>{esc(k)}</dt><dd>{esc('–' if v is None else v)}</dd>" for k, v in items)
     out.append("</dl></div></section>")
     return "".join(out)
+
+
+def _packages_text(name: str, value: object) -> str:
+    """One entry of provenance's operator_packages: per stage {distribution: version} (per module before)."""
+    if isinstance(value, dict):
+        return f"{name}: {', '.join(f'{d} {v}' for d, v in value.items()) or '(none)'}"
+    return f"{name} {value or '(local)'}"
+
+
+def _science(data: ReportData, colors: dict[str, str]) -> str:
+    """Results, parameters, environment and changes (sections.py), when the report gathered them."""
+    sci = data.science
+    if sci is None:
+        return ""
+    return "".join((results_section(sci.tables, sci.distributions, colors, sci.note),
+                    parameters_section(sci.params, sci.overrides), changes_section(sci.previous_run, sci.changes),
+                    environment_section(sci.environment)))
 
 
 def _charts(data: ReportData, colors: dict[str, str]) -> str:
@@ -204,6 +230,9 @@ def _charts(data: ReportData, colors: dict[str, str]) -> str:
         color = colors[stage.name]
         walls = [r[COL["wall_sec"]] for r in rows if r[COL["wall_sec"]] is not None]
         peaks = [r[COL["peak_rss_mb"]] for r in rows if r[COL["peak_rss_mb"]] is not None]
+        if len(rows) == 1:  # a collect or train stage's one attempt: a line, not two one-bar histograms
+            out.append(compact_stage(stage.name, 1, walls[0] if walls else None, peaks[0] if peaks else None))
+            continue
         out.append(f'<div class="card" style="margin-bottom:14px"><h3>{esc(stage.name)} '
                    f'<span class="muted">· {len(rows):,} attempt(s)</span></h3><div class="grid2">')
         out.append("<div>" + histogram(walls, unit="s", color=color, limit=stage.timeout_sec,
@@ -260,17 +289,22 @@ def build_report(data: ReportData) -> str:
     colors = stage_colors([s.name for s in data.stages])
     title = f"{data.recipe_name} · run {data.run_id}"
     generated = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    body = "".join((_summary(data), _stages(data), _charts(data, colors), _timeline(data, colors),
-                    _failures(data), _provenance(data)))
-    nav = "".join(f'<a href="#{a}">{t}</a>' for a, t in (("summary", "Summary"), ("stages", "Stages"),
-                  ("resources", "Resources"), ("timeline", "Timeline"), ("failures", "Failures"),
-                  ("provenance", "Provenance")))
+    body = "".join((_summary(data), _stages(data), memory_html(data.provenance), _science(data, colors),
+                    _charts(data, colors),
+                    _timeline(data, colors), _failures(data), _provenance(data)))
+    sections = [("summary", "Summary"), ("stages", "Stages")]
+    if data.science is not None:
+        sections += [("results", "Results"), ("parameters", "Parameters"), ("changes", "Changes"),
+                     ("environment", "Environment")]
+    sections += [("resources", "Resources"), ("timeline", "Timeline"), ("failures", "Failures"),
+                 ("provenance", "Provenance")]
+    nav = "".join(f'<a href="#{a}">{t}</a>' for a, t in sections)
     return (
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
         "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">"
         "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
         "script-src 'unsafe-inline'; img-src data:\">"
-        f"<title>{esc(title)}</title><style>{CSS}</style></head><body>"
+        f"<title>{esc(title)}</title><style>{CSS}{SECTIONS_CSS}</style></head><body>"
         f"<header><h1>{esc(data.recipe_name)}</h1><div class=\"sub\">run {esc(data.run_id)} · "
         f"{esc(data.provenance.get('started_at', ''))} · <span class=\"badge {esc(data.outcome)}\">"
         f"{esc(data.outcome)}</span></div></header><nav>{nav}</nav><main>{body}</main>"

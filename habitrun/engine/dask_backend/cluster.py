@@ -8,6 +8,7 @@ the nanny kills it and habitrun records that subject as out of memory.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import contextlib
 import logging
@@ -47,7 +48,17 @@ class _QuietExpectedDeaths(logging.Filter):
         return "workers died while trying to run it" not in record.getMessage()
 
 
+class _QuietCancelledRestarts(logging.Filter):
+    """A nanny restarting a worker that a subject killed logs an ERROR with a traceback when the cluster
+    closes mid-restart (the restart is cancelled): expected at the end of a run, not a fault."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, asyncio.CancelledError)
+
+
 logging.getLogger("distributed.scheduler").addFilter(_QuietExpectedDeaths())
+logging.getLogger("distributed.nanny").addFilter(_QuietCancelledRestarts())
 
 
 class DaskClusterError(HabitrunError):

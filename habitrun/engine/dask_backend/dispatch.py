@@ -27,6 +27,7 @@ the subject it ran is resent, up to ``MAX_HOST_LOSSES`` times.
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import pickle
 import queue
@@ -46,7 +47,11 @@ from habitrun.engine.dask_backend.crashfile import remove_crash_files, take_cras
 from habitrun.engine.dask_backend.state import SharedState
 from habitrun.engine.dask_backend.worker import BatchContext, WireOutcome, run_batch, stop_token
 from habitrun.engine.invoke import write_log
+from habitrun.engine.wire import OutcomeWire, outcome_from_wire, wire_duration
+from habitrun.errors import OperatorBindError
 from habitrun.spec.policy import RunPolicy
+
+log = logging.getLogger(__name__)
 
 MAX_HOST_LOSSES = 2  # a subject is resent this often when its worker's whole job ends under it
 OOM_TOPIC = "worker-restart-memory"  # logged by a nanny just before it kills its worker for memory
@@ -62,7 +67,7 @@ class _Batch:
     nanny: str | None = None  # the worker's nanny, from the "started" marker
     pid: int | None = None  # the worker process's pid, from the "started" marker
     running: int | None = None  # position announced running and not yet done
-    streamed: dict[int, WireOutcome] = field(default_factory=dict)  # outcomes that came with "done" markers
+    streamed: dict[int, OutcomeWire] = field(default_factory=dict)  # outcomes that came with markers, by index
     result: dict[str, Any] | None = None  # the batch's "E" event
 
 
@@ -188,12 +193,14 @@ class StageDispatch:
         future = self.client.submit(run_batch, self.op, tasks, ctx, pure=False,
                                     key=f"habitrun-{self.op.stage}-{self.token[:8]}-{batch_id}")
         batch = _Batch(batch_id, indices, suspect, future)
+        log.debug("stage %s: dispatch batch %d of %d subject(s)%s: %s", self.op.stage, batch_id, len(tasks),
+                  " (suspect: each announced)" if suspect else "", ", ".join(t.subject_id for t in tasks[:20]))
         self.inflight[batch_id] = batch
         future.add_done_callback(lambda _f, b=batch_id: self.q.put(("done", b)))
 
     # -------------------------------------------------------------- receiving
     def _marker(self, msg: dict[str, Any]) -> None:
-        batch = self.inflight.get(msg.get("b"))
+        batch = self.inflight.get(msg.get("b", -1))
         if batch is None:
             if msg.get("m") == "E" and self.stopping_deadline is None:
                 self._stray_end(msg)
@@ -206,7 +213,7 @@ class StageDispatch:
         if kind == "R":
             if "o" in msg:  # the batch's earlier, fast subjects: finished, now safe from a later death
                 wires = pickle.loads(msg["o"])
-                batch.streamed.update((wire[0], wire) for wire in wires)
+                batch.streamed.update(wires)
                 self._emit(batch, wires)
             if msg["i"] not in batch.streamed:
                 batch.running = msg["i"]
@@ -218,9 +225,9 @@ class StageDispatch:
         elif kind == "D":
             if batch.running == msg["i"]:
                 batch.running = None
-            wire = pickle.loads(msg["o"])
-            batch.streamed[msg["i"]] = wire
-            self._emit(batch, [wire])
+            at, wire = pickle.loads(msg["o"])
+            batch.streamed[at] = wire
+            self._emit(batch, [(at, wire)])
 
     def _stray_end(self, msg: dict[str, Any]) -> None:
         """The end of a batch that is over for us, run again by Dask: it may have paused its worker.
@@ -276,11 +283,14 @@ class StageDispatch:
     def _batch_result(self, batch: _Batch, res: dict[str, Any], *, worker_alive: bool = True) -> None:
         batch.worker = res["worker"]
         self._emit(batch, res["done"])
-        self.sizer.observe([w[6] for w in res["done"] if w[6] > 0])
+        self.sizer.observe([d for d in (wire_duration(w) for _, w in res["done"]) if d > 0])
         if self.stopping_deadline is None:
             self.pending.extendleft(reversed([batch.indices[p] for p in res["not_run"]]))
         if res["restart"] and worker_alive:
             self.shared.restart(self.handle, res["worker"], forgotten=batch.future.key)
+        if res.get("bind_error") is not None and self.stopping_deadline is None:
+            # the stage's error, not its subjects' (see OperatorBindError): one line, the run stops
+            raise OperatorBindError.for_stage(self.op.stage, self.op.path, res["bind_error"])
 
     def _batch_error(self, batch: _Batch, exc: BaseException | None) -> None:
         from distributed.scheduler import KilledWorker
@@ -356,23 +366,22 @@ class StageDispatch:
 
     def _emit(self, batch: _Batch, wires: list[WireOutcome]) -> None:
         pairs = []
-        for wire in wires:
-            index = batch.indices[wire[0]]
+        for at, wire in wires:
+            index = batch.indices[at]
             if index not in self.reported:
                 pairs.append((index, self._outcome(self.tasks[index], wire)))
         self._deliver(pairs)
 
-    def _outcome(self, task: SubjectTask, wire: WireOutcome) -> SubjectOutcome:
-        _, ok, payload, error, kind, tb, duration, pid, usage = wire
-        result = None
-        if ok and payload is not None:
+    def _outcome(self, task: SubjectTask, wire: OutcomeWire) -> SubjectOutcome:
+        outcome = outcome_from_wire(wire, task)  # its result still pickled (see worker._wire)
+        payload, outcome.result = outcome.result, None
+        if outcome.ok and payload is not None:
             try:
-                result = pickle.loads(payload)
+                outcome.result = pickle.loads(payload)
             except Exception as exc:  # noqa: BLE001 - e.g. the result's class only exists on the worker
-                ok, kind = False, FailureKind.UNPICKLABLE
-                error = f"result cannot be unpickled by the runner: {type(exc).__name__}: {exc}"
-        return SubjectOutcome(task=task, ok=ok, result=result, error=error, kind=kind, traceback=tb,
-                              duration_sec=duration, worker_pid=pid, usage=usage)
+                outcome.ok, outcome.kind = False, FailureKind.UNPICKLABLE
+                outcome.error = f"result cannot be unpickled by the runner: {type(exc).__name__}: {exc}"
+        return outcome
 
     def _deliver(self, pairs: list[tuple[int, SubjectOutcome]]) -> None:
         """Report each subject once, however many ways its outcome arrived."""

@@ -79,7 +79,7 @@ class JobLedger:
 def recorded_job_class(base: type, ledger: JobLedger) -> type:
     """The cluster's job class, writing each submitted job to ``ledger`` and striking it when cancelled."""
 
-    class RecordedJob(base):  # type: ignore[valid-type, misc]
+    class RecordedJob(base):
         async def start(self) -> None:
             try:
                 await super().start()
@@ -99,7 +99,7 @@ def recorded_job_class(base: type, ledger: JobLedger) -> type:
 def replacing_cluster_class(base: type) -> type:
     """The jobqueue cluster class, replacing a job only once its worker's nanny is gone."""
 
-    class ReplacingCluster(base):  # type: ignore[valid-type, misc]
+    class ReplacingCluster(base):
         def _update_worker_status(self, op: str, msg: Any) -> None:
             if op == "remove":
                 info = self.scheduler_info["workers"].get(msg, {})
@@ -107,7 +107,7 @@ def replacing_cluster_class(base: type) -> type:
                 if name is not None:
                     self._futures.add(asyncio.ensure_future(self._watch_missing(name, nanny)))
             # skip SpecCluster's timer (it cancels jobs whose worker is merely restarting)
-            super(_spec_cluster(), self)._update_worker_status(op, msg)
+            super(_spec_cluster(), self)._update_worker_status(op, msg)  # type: ignore[arg-type]  # a class found at run time
 
         def _job_of(self, worker_name: Any) -> Any:
             """The job (worker_spec name) a worker belongs to: itself, or a job with ``processes`` > 1."""

@@ -33,12 +33,13 @@ import queue
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from habitrun.engine.contract import FailureKind, OperatorRef, SubjectOutcome, SubjectTask
 from habitrun.engine.dask_backend.crashfile import CrashFile
 from habitrun.engine.invoke import BoundOperator, bind_operator, execute, one_line
+from habitrun.engine.wire import OutcomeWire, outcome_wire
 
 # Tokens of run_tasks calls the client has asked to stop (set through Client.run).
 _STOPPED: set[str] = set()
@@ -46,9 +47,9 @@ _BATCH_LOCK = threading.Lock()  # one batch at a time even on a worker with nthr
 _RUNNER: _SubjectThread | None = None
 _RUNNER_LOCK = threading.Lock()
 
-# Wire form of one outcome: (index, ok, pickled result | None, error, kind, traceback, duration, pid, usage)
-WireOutcome = tuple[int, bool, "bytes | None", "str | None", "str | None", "str | None", float, "int | None",
-                    "tuple | None"]
+# One subject's outcome as a batch sends it: (its index in the batch, engine/wire.py's outcome tuple,
+# the result in it pickled here).
+WireOutcome = tuple[int, OutcomeWire]
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,7 @@ class _SubjectThread:
         self.subjects_run = 0
         self.consecutive_failures = 0
         self.retiring: str | None = None  # why this worker waits for its restart
+        self.bind_error: str | None = None  # why the last bind failed, in one line (see OperatorBindError)
         self.crash_file = CrashFile()  # a subject that kills the process leaves its stack there
         thread = threading.Thread(target=self._loop, name="habitrun-subject", daemon=True)
         thread.start()
@@ -93,7 +95,9 @@ class _SubjectThread:
             self._bound = None
             try:
                 self._bound = (op, bind_operator(op))
-            except BaseException as exc:  # noqa: BLE001 - a bad operator fails its subjects, not the worker
+                self.bind_error = None
+            except BaseException as exc:  # noqa: BLE001 - a bad operator fails its stage, not the worker
+                self.bind_error = one_line(exc)
                 return SubjectOutcome(task=task, ok=False, error=f"cannot load operator {op.path!r}: {one_line(exc)}",
                                       kind=FailureKind.EXCEPTION, worker_pid=os.getpid())
         return execute(self._bound[1], task, capture="fd")
@@ -109,15 +113,17 @@ def _runner() -> _SubjectThread:
 
 def _wire(index: int, outcome: SubjectOutcome) -> WireOutcome:
     """Pickle the result here, so an unpicklable one fails its subject instead of the batch."""
-    payload = None
-    ok, error, kind, tb = outcome.ok, outcome.error, outcome.kind, outcome.traceback
-    if ok:
+    if outcome.ok:
         try:
             payload = pickle.dumps(outcome.result, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as exc:  # noqa: BLE001 - any pickling failure means the same to the user
-            ok, kind = False, FailureKind.UNPICKLABLE
             error = f"result of type {type(outcome.result).__name__} cannot be pickled: {one_line(exc)}"
-    return (index, ok, payload, error, kind, tb, outcome.duration_sec, outcome.worker_pid, outcome.usage)
+            outcome = replace(outcome, ok=False, result=None, error=error, kind=FailureKind.UNPICKLABLE)
+        else:
+            outcome = replace(outcome, result=payload)
+    else:
+        outcome = replace(outcome, result=None)
+    return (index, outcome_wire(outcome))
 
 
 def _pause_worker(worker: Any) -> None:
@@ -160,7 +166,8 @@ def _cancelled(worker: Any) -> bool:
 def run_batch(op: OperatorRef, tasks: Sequence[SubjectTask], ctx: BatchContext) -> None:
     """Run ``tasks`` in order on this worker; send every outcome and what was not run as an "E" event.
 
-    Event ``r``: pickled ``{"worker", "done": [WireOutcome], "not_run": [index], "restart": reason | None}``.
+    Event ``r``: pickled ``{"worker", "done": [WireOutcome], "not_run": [index], "restart": reason | None,
+    "bind_error": why the operator could not be bound | None}`` (then the stage stops: OperatorBindError).
     """
     from distributed import get_worker
 
@@ -170,6 +177,7 @@ def run_batch(op: OperatorRef, tasks: Sequence[SubjectTask], ctx: BatchContext) 
         runner = _runner()
         done: list[WireOutcome] = []
         restart: str | None = None
+        bind_error: str | None = None
         if runner.retiring is None and ctx.token not in _STOPPED:
             # the client knows this batch started (and under which nanny) before its first subject does
             _mark(worker, ctx, {"m": "B", "n": worker.nanny, "p": os.getpid()})
@@ -178,6 +186,9 @@ def run_batch(op: OperatorRef, tasks: Sequence[SubjectTask], ctx: BatchContext) 
             if runner.retiring is not None or ctx.token in _STOPPED or _cancelled(worker):
                 break
             outcome, marked = _watch_one(runner, worker, op, task, i, ctx, unsent)
+            if runner.bind_error is not None:  # the stage's error, not this subject's: ends the batch unrun
+                bind_error = runner.bind_error
+                break
             wire = _wire(i, outcome)
             done.append(wire)
             if marked:  # before the next subject starts: the client must not think this one still runs
@@ -190,7 +201,7 @@ def run_batch(op: OperatorRef, tasks: Sequence[SubjectTask], ctx: BatchContext) 
                 _pause_worker(worker)
                 break
         result = {"worker": address, "done": done, "not_run": list(range(len(done), len(tasks))),
-                  "restart": restart}
+                  "restart": restart, "bind_error": bind_error}
         # The result is confirmed by the scheduler before the task ends, so it reaches the client
         # before the task's "finished" (or its worker's death): nothing is left on this worker for a
         # later death to lose (or Dask to recompute).

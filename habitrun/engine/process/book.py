@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from habitrun.engine.contract import FailureKind, SubjectOutcome, SubjectTask
 from habitrun.engine.process.handle import WorkerHandle
@@ -32,6 +33,7 @@ class StageBook:
         self.depth = 1  # one to a worker until subjects are known to be short (learn)
         self.mean_sec: float | None = None  # running mean of this stage's subject durations
         self.unlearned = [0.0, 0]  # (sum, count) of durations not yet in mean_sec
+        self.admission: Any = None  # a memory budget's Admission: learns from outcomes, retries OOM kills alone
 
     def owed(self) -> int:
         """Subjects not yet reported nor dropped: queued, or sent to a live worker and unanswered."""
@@ -40,9 +42,13 @@ class StageBook:
     # ------------------------------------------------------------ outcomes
     def record(self, worker: WorkerHandle | None, outcome: SubjectOutcome) -> None:
         """An outcome to report with the next batch (``worker``: where it ran, if anywhere)."""
+        admission = self.admission
+        if admission is not None and admission.after(worker, outcome):
+            self.requeue([outcome.task])  # killed for memory beside others: run again, alone, not charged
+            return
         self.batch.append(outcome)
         if not outcome.ok and outcome.kind == FailureKind.OOM:
-            self.pool.note_oom()
+            self.pool.note_oom(backoff=admission is None)
         if worker is not None and self.learns:
             unlearned = self.unlearned
             unlearned[0] += outcome.duration_sec

@@ -11,19 +11,28 @@ or cap, a serial or dask run, nothing to run) is killed by :func:`discard`.
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 from habitrun.engine.process.forkserver import ForkServer
+from habitrun.engine.process.threads import thread_env
 
 DEFAULT_THREADS = 1  # RunPolicy.worker_threads' default (not imported: that costs pydantic)
+
+# What every fork server imports before it forks anything: the worker's code (the request's
+# target, which each child runs). Defined here, not in spawner.py (which imports this module).
+BASE_PRELOAD = ("habitrun.engine.process.worker",)
+
+
+def server_env(threads: int) -> dict[str, str]:
+    """The environment a fork server (and so each of its workers) starts with: the runner's, with the caps."""
+    return {**os.environ, **thread_env(threads)}
 
 _early: tuple[tuple[str, ...], int, ForkServer] | None = None
 
 
 def start(preload: tuple[str, ...] | None = None, threads: int = DEFAULT_THREADS) -> None:
     """Boot a fork server preloading ``preload`` (default: the base one) with ``threads`` caps, not waiting."""
-    from habitrun.engine.process.spawner import BASE_PRELOAD, server_env
-
     global _early
     discard()
     preload = BASE_PRELOAD if preload is None else preload

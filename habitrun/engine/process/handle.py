@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 from collections import deque
@@ -17,6 +18,7 @@ from habitrun.engine.process.protocol import TERMINATE, FrameReader, dumps, fram
 from habitrun.launcher import signalling as launcher_signalling
 
 HAVE_PIDFD = hasattr(os, "pidfd_open")
+log = logging.getLogger(__name__)
 
 STARTING = WorkerPhase.STARTING
 READY = WorkerPhase.READY
@@ -79,6 +81,8 @@ class WorkerHandle:
     def move(self, phase: WorkerPhase) -> None:
         """The one place the phase changes; raises IllegalTransition off the table."""
         check_move(self.phase, phase, self.pid)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("worker %s: %s -> %s", self.pid, self.phase.value, phase.value)
         self.phase = phase
 
     @property

@@ -37,7 +37,9 @@ from typing import Any
 
 from habitrun.engine.contract import Backend, OperatorRef, ReportFn, RunningSubject, SubjectTask
 from habitrun.engine.control import StopFlag
+from habitrun.engine.process.budget import resolve_budget
 from habitrun.engine.process.gpu import no_gpu_reason
+from habitrun.engine.process.memstats import StageMemory
 from habitrun.engine.process.modes import mode_for
 from habitrun.engine.process.pool import WorkerPool
 from habitrun.engine.process.stage import StageRun
@@ -60,6 +62,8 @@ class ProcessBackend(Backend):
         self.policy = policy
         self.pool = WorkerPool(policy, mode_for(policy))
         self._closed = False
+        self.memory_budget_mb, self.budget_source = resolve_budget(policy.memory_budget_mb)
+        self.memory: dict[str, StageMemory] = {}  # stage -> what admission did (see admission)
         _ignore_sigpipe()
 
     @classmethod
@@ -97,14 +101,24 @@ class ProcessBackend(Backend):
             "worker_memory_limit_mb": self.policy.worker_memory_limit_mb,
             "oom_events": self.pool.oom_events,
             "workers_started": len(self.pool.started_pids),
+            **({"memory": self.memory_facts()} if self.memory_budget_mb is not None else {}),
         }
+
+    def memory_facts(self) -> dict[str, Any]:
+        """The budget, how it was found, and per stage what admission did (status and the report show it)."""
+        return {"budget_mb": round(self.memory_budget_mb or 0.0, 1), "source": self.budget_source,
+                "stages": {name: stats.summary() for name, stats in self.memory.items()}}
 
     def run_tasks(self, op: OperatorRef, tasks: Sequence[SubjectTask], report: ReportFn, stop: StopFlag) -> None:
         if self._closed:
             raise RuntimeError("ProcessBackend is closed")
         if not tasks:
             return
-        StageRun(self.pool, op, tasks, report, stop, self.scratch_dir).run()
+        admission = None
+        if self.memory_budget_mb is not None and self.forecast is not None:
+            stats = self.memory.setdefault(op.stage, StageMemory())
+            admission = (self.memory_budget_mb, self.forecast, stats)
+        StageRun(self.pool, op, tasks, report, stop, self.scratch_dir, admission).run()
 
     def running(self) -> int:
         """Workers with a subject in hand (pipelined ones wait behind it and are not counted)."""

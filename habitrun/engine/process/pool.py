@@ -142,10 +142,11 @@ class WorkerPool:
         """A worker bound ``op``: later workers may get its module preloaded."""
         self.spawner.prove(module, op.search_path)
 
-    def note_oom(self) -> None:
-        """A subject ran out of memory: one event more, and fewer slots when the policy backs off."""
+    def note_oom(self, backoff: bool = True) -> None:
+        """A subject ran out of memory: one event more, and fewer slots when the policy backs off
+        (not under a memory budget: its admission runs such a subject alone instead)."""
         self.oom_events += 1
-        if self.policy.oom_backoff:
+        if backoff and self.policy.oom_backoff:
             self.effective = max(1, self.effective - self.policy.oom_reduce_workers_by)
 
     # ------------------------------------------------------------- waiting

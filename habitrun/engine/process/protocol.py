@@ -1,10 +1,10 @@
 """The messages between the runner and a worker, one pickled tuple per frame.
 
-Runner -> worker: ``(BIND, op)``, ``(RUN, task_tuple)``, ``(RECALL,)``, ``(RETIRE,)``, ``(EXIT,)``,
+Runner -> worker: ``(BIND, op)``, ``(RUN, task)``, ``(RECALL,)``, ``(RETIRE,)``, ``(EXIT,)``,
 ``(TERMINATE,)``.
-Worker -> runner: ``(BOUND,)``, ``(BIND_ERROR, message, traceback)``,
-``(DONE, ok, result, error, kind, traceback, duration, usage)`` (usage: see engine/usage.py), ``(SKIPPED,)``,
-``(RECALLED, n)``: the last ``n`` runs sent before the RECALL were taken back unstarted (see ``inbox``).
+Worker -> runner: ``(BOUND,)``, ``(BIND_ERROR, message, traceback)``, ``(DONE, outcome)``,
+``(SKIPPED,)``, ``(RECALLED, n)``: the last ``n`` runs sent before the RECALL were taken back unstarted
+(see ``inbox``). A task and an outcome travel as the tuples of :mod:`habitrun.engine.wire`.
 
 Several RUN frames travel in one write (one wake-up of the worker) when
 subjects are short; each run is still pickled on its own, so a task that
@@ -29,6 +29,13 @@ import struct
 from typing import Any
 
 from habitrun.engine.contract import OperatorRef, SubjectOutcome, SubjectTask
+from habitrun.engine.wire import (
+    failure_wire,
+    outcome_from_wire,
+    outcome_wire,
+    task_from_wire,
+    task_wire,
+)
 
 BIND = "bind"
 RUN = "run"
@@ -81,7 +88,7 @@ def read_recalled(message: tuple[Any, ...]) -> int:
 
 def run_message(task: SubjectTask) -> tuple[Any, ...]:
     """``(RUN, task as a plain tuple)``: cheaper to pickle than the dataclass, rebuilt by :func:`task_from`."""
-    return (RUN, (task.key, task.subject_id, task.fields, task.inputs, task.workdir, task.log_path, task.attempt))
+    return (RUN, task_wire(task))
 
 
 def run_frame(task: SubjectTask) -> bytes:
@@ -89,30 +96,25 @@ def run_frame(task: SubjectTask) -> bytes:
     return frame(pickle.dumps(run_message(task), protocol=PROTOCOL))
 
 
-def task_from(t: tuple[Any, ...]) -> SubjectTask:
-    """The task a RUN message carries (its second element)."""
-    key, subject_id, fields, inputs, workdir, log_path, attempt = t
-    return SubjectTask(key=key, subject_id=subject_id, fields=fields, inputs=inputs, workdir=workdir,
-                       log_path=log_path, attempt=attempt)
+def task_from(message: tuple[Any, ...]) -> SubjectTask:
+    """The task a RUN message carries."""
+    return task_from_wire(message[1])
 
 
 def done_message(outcome: SubjectOutcome) -> tuple[Any, ...]:
     """A run's reply: the outcome without its task (the runner knows which run it answers)."""
-    return (DONE, outcome.ok, outcome.result, outcome.error, outcome.kind, outcome.traceback,
-            outcome.duration_sec, outcome.usage)
+    return (DONE, outcome_wire(outcome))
 
 
 def failure_message(error: str, kind: str, traceback: str | None = None, duration: float = 0.0,
                     usage: tuple | None = None) -> tuple[Any, ...]:
-    """A run's reply when it failed in the worker's own hands (not its operator's)."""
-    return (DONE, False, None, error, kind, traceback, duration, usage)
+    """A run's reply when it failed in the worker's own hands (not its operator's): sent by the worker."""
+    return (DONE, failure_wire(error, kind, traceback, duration, os.getpid(), usage))
 
 
-def read_done(message: tuple[Any, ...], task: SubjectTask, worker_pid: int) -> SubjectOutcome:
-    """The outcome a DONE reply carries for ``task``, run by the worker ``worker_pid``."""
-    _, ok, result, error, kind, traceback, duration, usage = message
-    return SubjectOutcome(task=task, ok=ok, result=result, error=error, kind=None if ok else kind, traceback=traceback,
-                          duration_sec=duration, worker_pid=worker_pid, usage=usage)
+def read_done(message: tuple[Any, ...], task: SubjectTask) -> SubjectOutcome:
+    """The outcome a DONE reply carries for ``task``."""
+    return outcome_from_wire(message[1], task)
 
 
 _HEADER = struct.Struct("!i")
@@ -140,15 +142,20 @@ class FrameReader:
 
     def __init__(self) -> None:
         self.buf = bytearray()
+        # Read into this one buffer: ``os.read(fd, READ_CHUNK)`` allocates READ_CHUNK bytes at every call
+        # and gives them back, about 25 µs a read (the allocator maps and unmaps them), paid once per
+        # reply when subjects take longer than the workers hold replies (benchmarks/engine_cpu.py).
+        self.chunk = bytearray(READ_CHUNK)
 
     def read(self, fd: int) -> list[bytes] | None:
         """One ``read`` of ``fd``: the complete frames it finished, or None at end-of-file."""
-        data = os.read(fd, READ_CHUNK)
-        if not data:
+        got = os.readv(fd, [self.chunk])
+        if not got:
             return None
-        return self.feed(data)
+        with memoryview(self.chunk) as view:
+            return self.feed(view[:got])
 
-    def feed(self, data: bytes) -> list[bytes]:
+    def feed(self, data: bytes | memoryview) -> list[bytes]:
         buf = self.buf
         buf += data
         frames: list[bytes] = []

@@ -38,18 +38,11 @@ from habitrun.engine.process.children import (
     WorkerProcess,
     open_own_pidfd,
 )
+from habitrun.engine.process.early import BASE_PRELOAD, server_env
 from habitrun.engine.process.forkserver import ForkServer
-from habitrun.engine.process.threads import thread_env
 from habitrun.engine.process.worker import WorkerConfig, served_worker, worker_main
 
-# What every fork server imports before it forks anything: the worker's code (the request's
-# target, which each child runs).
-BASE_PRELOAD = ("habitrun.engine.process.worker",)
-
-
-def server_env(threads: int) -> dict[str, str]:
-    """The environment a fork server (and so each of its workers) starts with: the runner's, with the caps."""
-    return {**os.environ, **thread_env(threads)}
+__all__ = ["BASE_PRELOAD", "WorkerSpawner", "server_env", "spawn_worker"]
 
 
 def spawn_worker(config: WorkerConfig, fds: Sequence[int], env: Mapping[str, str]) -> SpawnedChild:
@@ -110,12 +103,13 @@ class WorkerSpawner:
         """Start one worker; returns the process and the runner's end of its pipe."""
         parent_end, child_end = multiprocessing.Pipe(duplex=True)
         try:
+            assert beacon.fd is not None  # the runner's beacon: its memfd stays open for every start
             fds = (child_end.fileno(), beacon.fd)
             if self.start_method == "forkserver":
                 proc: WorkerProcess = self._start_forkserver(config, fds, module, search_path)
             elif self.start_method == "spawn":
                 config = replace(config, parent_pid=os.getpid())
-                proc = spawn_worker(config, fds, server_env(self.threads))  # type: ignore[arg-type]
+                proc = spawn_worker(config, fds, server_env(self.threads))
             else:
                 config = replace(config, parent_pid=os.getpid(), close_fds=(*close_fds, parent_end.fileno()))
                 assert self._fork is not None

@@ -25,6 +25,7 @@ not wait for.
 
 from __future__ import annotations
 
+import logging
 import math
 import select
 import time
@@ -35,12 +36,15 @@ from habitrun.engine.contract import FailureKind, OperatorRef, ReportFn, Subject
 from habitrun.engine.control import StopFlag
 from habitrun.engine.invoke import one_line
 from habitrun.engine.process import protocol as P
+from habitrun.engine.process.admission import Admission
 from habitrun.engine.process.book import StageBook
 from habitrun.engine.process.endings import Endings
 from habitrun.engine.process.handle import WorkerHandle
 from habitrun.engine.process.pool import WorkerPool
 from habitrun.errors import OperatorBindError, WorkerStartError
 from habitrun.spec.operators import split_import_path
+
+log = logging.getLogger(__name__)
 
 SPAWN_RETRY_SEC = 1.0  # after a failed start (other workers alive), try another start no sooner
 
@@ -59,7 +63,7 @@ class StageRun:
     """The event loop of one ``run_tasks`` call, over the backend's pool."""
 
     def __init__(self, pool: WorkerPool, op: OperatorRef, tasks: Sequence[SubjectTask], report: ReportFn,
-                 stop: StopFlag, scratch_dir: str | None) -> None:
+                 stop: StopFlag, scratch_dir: str | None, admission: tuple | None = None) -> None:
         self.pool = pool
         self.mode = pool.mode
         self.policy = pool.policy
@@ -71,8 +75,14 @@ class StageRun:
         self.stop = stop
         self.scratch_dir = scratch_dir
         self.hard_done = False
+        self.debug = log.isEnabledFor(logging.DEBUG)  # checked once: the dispatch path pays nothing without it
         self.spawn_after = 0.0  # no start attempt before this (after a failed one)
         self.bind_data: bytes | None = None
+        self.admission: Admission | None = None  # a memory budget's admission (see admission)
+        if admission is not None:
+            budget, model, stats = admission
+            self.admission = self.book.admission = Admission(
+                budget, model, stats, pool.live, lambda: self.book.mean_sec, recycles=self.mode.learns)
 
     # -------------------------------------------------------------- loop
     def run(self) -> None:
@@ -171,7 +181,10 @@ class StageRun:
         queue = self.book.queue
         active = self.pool.active()
         free = sum(1 for w in active if not w.outstanding and self.can_take(w))
+        admission = self.admission
         while queue and len(active) < self.pool.effective and len(queue) > free and now >= self.spawn_after:
+            if admission is not None and active and not admission.wants_worker():
+                return started
             try:
                 w = self.pool.spawn(self.op, self.module, now, self.scratch_dir)
             except Exception as exc:  # noqa: BLE001 - a failed start is never a subject's failure
@@ -216,7 +229,9 @@ class StageRun:
             room = self.mode.room(w, min(book.depth - len(w.outstanding), -(-len(queue) // len(active))))
             frames: list[bytes] = []
             while queue and len(frames) < room:
-                task = queue.popleft()
+                task = queue.popleft() if self.admission is None else self.admission.take(queue, w, now)
+                if task is None:  # no subject fits the memory budget on it now
+                    break
                 try:
                     data = P.run_frame(task)
                 except BaseException as exc:  # noqa: BLE001 - an unpicklable task fails alone
@@ -228,6 +243,11 @@ class StageRun:
                 frames.append(data)
             if frames:
                 w.write(frames[0] if len(frames) == 1 else b"".join(frames))
+                if self.debug:
+                    sent = list(w.outstanding)[-len(frames):]
+                    log.debug("stage %s: dispatch %d run(s) to worker %s (%d queued there): %s", self.op.stage,
+                              len(frames), w.pid, len(w.outstanding),
+                              ", ".join(f"{t.subject_id}#{t.attempt}" for t in sent))
         if not queue:
             self.take_back(active)
 
@@ -241,6 +261,8 @@ class StageRun:
             return
         for w in active:
             if not w.recalling and not w.leaving and w.can_send and w.unstarted() > 0:
+                if self.admission is not None and w.unstarted() >= len(w.outstanding):
+                    continue  # admission placed it there and it starts now: recalling would only move it
                 w.recalling = w.send((P.RECALL,))
 
     def idle(self, w: WorkerHandle) -> bool:
@@ -305,7 +327,11 @@ class StageRun:
             if not w.outstanding:
                 return
             w.replies += 1
-            outcome = P.read_done(msg, w.outstanding.popleft(), w.pid)
+            outcome = P.read_done(msg, w.outstanding.popleft())
+            if self.debug:
+                log.debug("stage %s: worker %s: %s#%d %s%s", self.op.stage, w.pid, outcome.task.subject_id,
+                          outcome.task.attempt, "done" if outcome.ok else f"failed ({outcome.kind})",
+                          f" in {outcome.duration_sec:.6f} s")
             self.book.record(w, outcome)
             w.head_since = now
             if outcome.ok:

@@ -152,7 +152,7 @@ def _run(bound: BoundOperator, message: tuple[Any, ...], config: WorkerConfig, b
     """Run one subject, the beacon saying so while it runs; what it started outside our group ends with it."""
     beacon.took(taken, running=True, output_from=output_mark())
     children = snapshot()
-    outcome = execute(bound, P.task_from(message[1]), capture="fd", log_max_bytes=config.log_max_bytes)
+    outcome = execute(bound, P.task_from(message), capture="fd", log_max_bytes=config.log_max_bytes)
     beacon.ended()
     after_subject(children)
     return outcome

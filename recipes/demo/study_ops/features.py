@@ -6,6 +6,8 @@ library or load a model), then calls it once per subject. The subject's
 (``subjects.from`` in the recipe); nibabel reads them, as in any imaging study.
 The mask labels each lesion 1, 2, ...: every lesion gets its features, and
 the index lesion's (label 1) are the subject's row in the training table.
+With ``images_from: STAGE`` the two files are that stage's outputs instead (the
+DICOM demo: ``dcm2niix``'s NIfTI files of the subject's two series).
 """
 
 from __future__ import annotations
@@ -14,23 +16,26 @@ import numpy as np
 
 
 class FirstOrderShape:
-    def __init__(self, bins: int = 32, window: tuple[float, float] = (-1000.0, 400.0)) -> None:
+    def __init__(self, bins: int = 32, window: tuple[float, float] = (-1000.0, 400.0),
+                 images_from: str | None = None) -> None:
         import nibabel  # imported once per worker
 
         self.nibabel = nibabel
         self.bins = bins
         self.window = window
+        self.images_from = images_from
 
     def __call__(self, subject) -> dict:
-        ct = self.nibabel.load(subject.fields["ct"])
-        mask_image = self.nibabel.load(subject.fields["mask"])
+        files = subject.input(self.images_from) if self.images_from else subject.fields
+        ct = self.nibabel.load(files["ct"])
+        mask_image = self.nibabel.load(files["mask"])
         if ct.shape != mask_image.shape:
             raise ValueError(f"ct {ct.shape} and mask {mask_image.shape} differ in shape")
         volume = np.asarray(ct.dataobj, dtype=np.float64)
         labels = np.asarray(mask_image.dataobj)
         lesions = [int(v) for v in np.unique(labels) if v != 0]
         if not lesions:
-            raise ValueError(f"{subject.fields['mask']} has no lesion (every voxel is 0)")
+            raise ValueError(f"{files['mask']} has no lesion (every voxel is 0)")
         spacing = tuple(float(z) for z in ct.header.get_zooms()[:3])
         per_lesion = {str(k): self.lesion(volume, labels == k, spacing) for k in lesions}
         index = per_lesion[str(lesions[0])]  # the index lesion (label 1): one row per subject for training

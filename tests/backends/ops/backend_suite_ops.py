@@ -71,3 +71,13 @@ def second(subject, marker_dir=None):
     """A second stage's operator: a worker bound to the first stage's must not answer for it."""
     _mark(marker_dir, f"second-{subject.id}")
     return {"id": subject.id, "pid": os.getpid(), "stage": 2}
+
+
+class Unbuildable:
+    """A class operator whose constructor raises (as when a dependency is missing on the worker)."""
+
+    def __init__(self, marker_dir=None):
+        raise ImportError("No module named 'nibabel'")
+
+    def __call__(self, subject):
+        raise AssertionError("never called: the class was never built")
