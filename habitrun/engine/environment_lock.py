@@ -75,8 +75,8 @@ def input_lines(context: KeyContext, subjects: Sequence[Any]) -> list[str]:
         for sid, cell, text in zip(ids, cells, digests, strict=True):
             found = text.split(";") if text else []
             for j, written in enumerate(cell_paths(cell)):
-                shown = written[cut:] if written.startswith(root) else written
-                lines.append(tsv_line(sid, col, shown, prefix + (found[j] if j < len(found) else "")))
+                where = written[cut:] if written.startswith(root) else written
+                lines.append(tsv_line(sid, col, where, prefix + (found[j] if j < len(found) else "")))
     return lines
 
 

@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 class StagePlanner:
     """Keeps every stage's plan for the run; plans made ahead are reused when the stage runs."""
 
-    def __init__(self, *, recipe: Recipe, subjects: list[SubjectRow], store: CheckpointStore,
+    def __init__(self, *, recipe: Recipe, subjects: Sequence[SubjectRow], store: CheckpointStore,
                  context: KeyContext, chain: set[str], rerun_ids: frozenset[str]) -> None:
         self.recipe = recipe
         self.subjects = subjects

@@ -50,7 +50,7 @@ from habitrun.spec.discover import write_table
 from habitrun.spec.loader import LoadedRecipe
 from habitrun.spec.recipe import StageSpec
 from habitrun.spec.roots import declared_roots
-from habitrun.spec.subjects import SubjectRow, load_subjects, rows_by_id
+from habitrun.spec.subjects import SubjectTable, load_subjects, rows_by_id
 from habitrun.store.checkpoint import CheckpointStore
 from habitrun.store.cohort import Cohort
 from habitrun.store.folders import ensure_folder, folder_error
@@ -134,7 +134,7 @@ def run_study(
                     return runner.run()
             return runner.run()
         finally:
-            if runner is not None and runner.journal_complete():
+            if runner is not None and runner.journal is not None and runner.journal_complete():
                 settled.append(runner.journal.path)
             if store.close():  # everything committed is in the database file: the journals are settled
                 settle(settled)
@@ -154,7 +154,7 @@ def _wait_for(preflight: Callable[[], None] | None, backends: BackendPool) -> No
 class StudyRunner:
     """One run of a study: what its stages share (plans, counts, failures, the store, the events)."""
 
-    def __init__(self, loaded: LoadedRecipe, subjects: list[SubjectRow], store: CheckpointStore, stop: StopFlag,
+    def __init__(self, loaded: LoadedRecipe, subjects: SubjectTable, store: CheckpointStore, stop: StopFlag,
                  *, observer: Observer | None, argv: list[str], resumed_from: RunFolder | None,
                  source_path: Path) -> None:
         self.source_path = source_path
@@ -172,7 +172,7 @@ class StudyRunner:
         self.planner: StagePlanner
         self.stages: Stages  # runs each stage through its kind, with the run's context
         self.recorder: Recorder
-        self.run: RunFolder
+        self.folder: RunFolder  # the run folder (not `run`: that is the method)
         self.journal: RunJournal | None = None
         self.tally = RunTally()  # counts, failures, warnings, ... filled stage by stage
         self.counts = self.tally.counts
@@ -244,7 +244,7 @@ class StudyRunner:
         """Write the run folder, run the selected stages, record the run's end."""
         resumed = self.open_run_folder()
         self.events.emit_many([RunWarning(message=warning) for warning in self.warnings])
-        self.events.emit(RunStarted(run_id=self.run.run_id, recipe=str(self.loaded.path),
+        self.events.emit(RunStarted(run_id=self.folder.run_id, recipe=str(self.loaded.path),
                                     subjects=len(self.subjects), stages=[s.name for s in self.selected],
                                     user=_user(), resumed_from=resumed))
         started = time.monotonic()
@@ -252,11 +252,11 @@ class StudyRunner:
         self.recorder = Recorder(self.store, self.events.emit_many,
                                  on_failure=lambda exc: self.write_failure.note(self.store.directory, exc),
                                  journal=self.journal)
-        inputs = StageInputs(rows=rows_by_id(self.subjects), plans=self.plans, run_root=self.run_root, run=self.run,
+        inputs = StageInputs(rows=rows_by_id(self.subjects), plans=self.plans, run_root=self.run_root, run=self.folder,
                              read=lambda need, keys: self.stages.read_results(need, keys),
                              one_result=lambda need: kind_of(self.recipe.stage(need)).one_result)
         context = RunContext(recipe=self.recipe, search_path=self.loaded.search_path, store=self.store,
-                             recorder=self.recorder, events=self.events, stop=self.stop, run=self.run,
+                             recorder=self.recorder, events=self.events, stop=self.stop, run=self.folder,
                              backends=self.backends, inputs=inputs, write_failure=self.write_failure,
                              tally=self.tally, now=self.now, study_root=self.loaded.root,
                              forecast=Forecaster(self.loaded, self.store, self.subjects, inputs.rows))
@@ -286,7 +286,7 @@ class StudyRunner:
             "overrides": list(self.loaded.overrides),
             "outcome": "running",
         })
-        self.run = RunFolder.create(
+        self.folder = RunFolder.create(
             self.run_root,
             resolved_yaml=self.loaded.resolved_yaml(),
             recipe_path=self.source_path,
@@ -295,23 +295,23 @@ class StudyRunner:
             reserve=RESERVE_BYTES + 1024 * len(self.recipe.stages),  # the end's summary: lines per stage
         )
         try:
-            write_lock(self.run.path, git=provenance.get("git") or {}, context=self.planner.context,
+            write_lock(self.folder.path, git=provenance.get("git") or {}, context=self.planner.context,
                        subjects=self.subjects)
         except StoreError as exc:  # the run goes on: `diff` and `export` say what is missing
             self.warnings.append(f"{exc.message}; `habitrun diff` and `habitrun export` will lack it")
-        self.events.attach(self.run)
-        attach_run_folder(self.run.path)
+        self.events.attach(self.folder)
+        attach_run_folder(self.folder.path)
         self.write_found_subjects()
         return resumed
 
     def open_journal(self) -> RunJournal:
         """The run's journal (store/journal.py): what it receives is kept there before it is stored."""
-        path = self.run.path / JOURNAL_FILE
+        path = self.folder.path / JOURNAL_FILE
         try:
-            return RunJournal(path, self.run.run_id, journal_store_dir(self.run_root, self.store.directory),
-                              on_error=lambda exc: self.write_failure.note(self.run.path, exc))
+            return RunJournal(path, self.folder.run_id, journal_store_dir(self.run_root, self.store.directory),
+                              on_error=lambda exc: self.write_failure.note(self.folder.path, exc))
         except OSError as exc:
-            raise folder_error(self.run.path, exc, doing="write the run's journal in") from None
+            raise folder_error(self.folder.path, exc, doing="write the run's journal in") from None
 
     def journal_complete(self) -> bool:
         """Whether every outcome the journal holds was committed (it can be settled with the store)."""
@@ -334,22 +334,22 @@ class StudyRunner:
     def write_found_subjects(self) -> None:
         """Subjects found on disk: the table this run used goes into its folder."""
         try:
-            self.cohort.write(self.run.path)
+            self.cohort.write(self.folder.path)
         except OSError as exc:
-            raise StoreError(f"cannot write {self.run.path}: {exc}") from None
+            raise StoreError(f"cannot write {self.folder.path}: {exc}") from None
         report = getattr(self.subjects, "discovery", None)
         if report is None:
             return
         try:
-            write_table(self.run.path / SUBJECTS_TABLE, report.columns,
+            write_table(self.folder.path / SUBJECTS_TABLE, report.columns,
                         [(row.id, row.fields) for row in self.subjects])
         except OSError as exc:
-            raise StoreError(f"cannot write {self.run.path / SUBJECTS_TABLE}: {exc}") from None
+            raise StoreError(f"cannot write {self.folder.path / SUBJECTS_TABLE}: {exc}") from None
 
     def run_stages(self) -> WorkerStartError | OperatorBindError | None:
         """Each selected stage until the end or a stop; the run-level error a backend raised, if any."""
         error: WorkerStartError | OperatorBindError | None = None
-        running = RunningFile(self.run.path / RUNNING_FILE, self.running_now).start()
+        running = RunningFile(self.folder.path / RUNNING_FILE, self.running_now).start()
         try:
             for stage in self.selected:
                 if self.stop.is_set():
@@ -390,7 +390,7 @@ class StudyRunner:
         outcome, exit_code = ("error", error.exit_code) if error else self.outcome()
         if outcome == "success":
             self.clear_on_success()
-        summary = {
+        summary: dict[str, Any] = {
             "stages": {name: c.as_dict() for name, c in self.counts.items()},
             "failed_subjects": len(self.failures),
             "stop_reason": error.message if error else self.stop.reason,
@@ -399,22 +399,22 @@ class StudyRunner:
         }
         self.events.emit(RunFinished(outcome=outcome, exit_code=exit_code, **summary))
         try:
-            self.run.finish(outcome, {**summary, "members": self.members(),  # the cohort each group stage took
+            self.folder.finish(outcome, {**summary, "members": self.members(),  # the cohort each group stage took
                                       **({"cohort_refused": self.tally.refused} if self.tally.refused else {})})
-            self.run.events.close()
+            self.folder.events.close()
         except OSError as exc:  # the disk filled at the very end
-            self.write_failure.note(self.run.path, exc)
+            self.write_failure.note(self.folder.path, exc)
         self.raise_if_unwritable(started)
         if error is not None:
             raise error
-        return RunSummary(self.run, outcome, exit_code, self.counts, self.failures, self.stop.reason,
+        return RunSummary(self.folder, outcome, exit_code, self.counts, self.failures, self.stop.reason,
                           self.warnings, self.tally.group_results, self.outputs(), cohort=self.cohort,
                           members=self.members())
 
     def raise_if_unwritable(self, started: float) -> None:
         """A write failed: record what can still be recorded, then the run-level error (exit 2)."""
         if self.write_failure:
-            raise self.write_failure.end_run(self.run, self.counts, self.recorder.stored, started,
+            raise self.write_failure.end_run(self.folder, self.counts, self.recorder.stored, started,
                                              self.store.directory, kept=self.journal_kept())
 
     def outcome(self) -> tuple[str, int]:

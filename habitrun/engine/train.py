@@ -20,7 +20,7 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -237,5 +237,5 @@ def _clear_earlier_attempts(stage_dir: Path) -> None:
             shutil.rmtree(old)
 
 
-def _std(value: str | dict[int, str]) -> Any:
+def _std(value: str | Mapping[int, str]) -> Any:
     return dict(value) if isinstance(value, dict) else value

@@ -238,11 +238,11 @@ class _Distributions:
             pass
         except Exception:  # noqa: BLE001 - broken metadata of an unrelated package
             return None
-        dist = self._providing(top)
-        if dist is None:
+        provider = self._providing(top)
+        if provider is None:
             return None
         try:
-            return _name_version(dist)
+            return _name_version(provider)
         except Exception:  # noqa: BLE001
             return None
 

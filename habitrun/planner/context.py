@@ -69,7 +69,7 @@ class KeyContext:
     stages: dict[str, StageInputs]
     files: SubjectFiles | None
     digester: Digester | None
-    _parts: dict[Any, dict[str, str]] = field(default_factory=dict)
+    _parts: dict[Any, Mapping[str, str]] = field(default_factory=dict)
 
     def fingerprint(self, name: str) -> str:
         return self.stages[name].fingerprint
@@ -89,7 +89,7 @@ class KeyContext:
                 resolve=(self.subjects.file_columns, roots.resolve_cell))  # type: ignore[attr-defined]
         return found
 
-    def parts(self, name: str, digests: Mapping[str, str] | None = None) -> dict[str, str] | Mapping[str, str]:
+    def parts(self, name: str, digests: Mapping[str, str] | None = None) -> Mapping[str, str]:
         """subject id -> subject part of map stage ``name`` (shared by stages of one variant)."""
         info = self.stages[name]
         if info.variant is None:
@@ -234,9 +234,10 @@ def _stage_inputs(loaded: LoadedRecipe, index: int, columns: Mapping[str, bool],
         code = CodeInfo("verify-only")
     else:
         code_key = ("code", *what, stage.code_version)
-        code = memo.get(code_key)
-        if code is None:
-            code = memo[code_key] = stage_code(stage, search_path, root)
+        known = memo.get(code_key)
+        if known is None:
+            known = memo[code_key] = stage_code(stage, search_path, root)
+        code = known
     tools: dict[str, str] = {}
     if stage.runs_command:
         tool_memo = memo.get(("tools", verify_only))
@@ -244,9 +245,10 @@ def _stage_inputs(loaded: LoadedRecipe, index: int, columns: Mapping[str, bool],
             tool_memo = memo[("tools", verify_only)] = {}
         what_tool = (tool_word(stage), stage.version, stage.container)
         try:
-            tools = tool_memo.get(what_tool)
-            if tools is None:
-                tools = tool_memo[what_tool] = stage_tools(stage, root, identify=not verify_only)
+            found = tool_memo.get(what_tool)
+            if found is None:
+                found = tool_memo[what_tool] = stage_tools(stage, root, identify=not verify_only)
+            tools = found
         except ToolProblem as exc:
             at = ("stages", index, "container") if stage.container is not None else ("stages", index, "command", 0)
             problems.append(f"{loaded.locate(at)}: stage {stage.name!r}: {exc}")
@@ -281,7 +283,8 @@ def _unknown_columns(loaded: LoadedRecipe, index: int, present: set[str]) -> lis
     """A command stage's bare placeholder names that are no builtin, param or manifest column."""
     stage = loaded.recipe.stages[index]
     out = []
-    templates = [(("command", i), t) for i, t in enumerate(stage.command or ())]
+    templates: list[tuple[tuple[str, int | str], str]] = [
+        (("command", i), t) for i, t in enumerate(stage.command or ())]
     templates += [(("env", k), v) for k, v in (stage.env or {}).items()]
     for where, template in templates:
         for name in names(template):

@@ -178,8 +178,9 @@ def merged_by_pattern(groups: Mapping[tuple[str, str], list[str]]) -> dict[tuple
         merged[(status, pattern)] = merged.get((status, pattern), 0) + 1
     out: dict[tuple[str, str], list[str]] = {}
     for group, sids in groups.items():
-        pattern = patterns[group]
-        out.setdefault(pattern if merged[pattern] > 1 else group, []).extend(sids)
+        shared = patterns[group]
+        out.setdefault(shared if merged[shared] > 1 else group, []).extend(sids)
+    return out
 
 
 def tool_changes(old: Mapping[str, str], new: Mapping[str, str]) -> list[str]:

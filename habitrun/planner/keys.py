@@ -291,7 +291,7 @@ def variant_parts(
     file_columns: Sequence[str] = (),
     *,
     resolve: tuple[Sequence[str], Callable[[Any], Any]] | None = None,
-) -> dict[str, str]:
+) -> Mapping[str, str]:
     """subject id -> subject part over only the manifest columns ``fields`` (None: all) and the
     text of the subject's input files (``files``: id -> text of ``file_columns``, in order;
     None: no file columns).

@@ -60,7 +60,7 @@ __all__ = [
 _digest_memo: list[Any] = [None, None]  # [subjects object, its digests]: the engine plans stage by stage
 
 
-def _digests_for(subjects: Sequence[Any]) -> dict[str, str]:
+def _digests_for(subjects: Sequence[Any]) -> Mapping[str, str]:
     if _digest_memo[0] is subjects and _digest_memo[1] is not None and len(_digest_memo[1]) == len(subjects):
         return _digest_memo[1]
     digests = subject_parts(subjects)

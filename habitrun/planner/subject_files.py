@@ -199,8 +199,8 @@ class _Scan:
         for i, cell in enumerate(cells):
             if found is not None:
                 text = found[i]
-                if text is None and stats[i] is not None:  # type: ignore[index]
-                    text = self._changed(col, i, cell, stats[i])  # type: ignore[index]
+                if text is None and stats is not None and (st := stats[i]) is not None:  # found comes with stats
+                    text = self._changed(col, i, cell, st)
                 if text is not None:
                     texts.append(text)
                     continue

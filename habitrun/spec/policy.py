@@ -27,7 +27,7 @@ StartMethod = Literal["forkserver", "spawn", "fork"]
 CacheMode = Literal["standard", "deep", "lenient"]
 RetryKind = Literal["worker_died", "oom", "timeout", "exception"]
 RETRY_KINDS: tuple[str, ...] = ("worker_died", "oom", "timeout", "exception")
-DEFAULT_RETRY_ON: tuple[str, ...] = ("worker_died", "oom")
+DEFAULT_RETRY_ON: tuple[RetryKind, ...] = ("worker_died", "oom")
 """Retried by default: what is likely transient. A worker killed from outside or
 run out of memory (often because of what ran beside it; OOM backoff also runs
 fewer at once) may well succeed again. An exception or a timeout of the same

@@ -93,7 +93,7 @@ class RunJournal:
     nothing more: the run stops as for any file of its folder it cannot write.
     """
 
-    def __init__(self, path: Path, run_id: str, store_dir: Path,
+    def __init__(self, path: Path, run_id: str, store_dir: str | Path,
                  on_error: Callable[[OSError], None] | None = None) -> None:
         self.path = Path(path)
         self.on_error = on_error

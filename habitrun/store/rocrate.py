@@ -250,7 +250,7 @@ def export_crate(dest: Path, *, run: RunFolder, recipe: Any, store: CheckpointSt
     all_outputs = [output_file(p) for _, _, p in outputs] if per_file else [OUTPUTS_FILE]
     graph.add(run_action, "CreateAction", name=f"Run {run.run_id} of {name}", instrument=_ref(RECIPE_ID),
               startTime=prov.get("started_at"), endTime=prov.get("ended_at"),
-              actionStatus=_ref(_STATUS.get("done" if status == "succeeded" else "failed")),
+              actionStatus=_ref(_STATUS["done" if status == "succeeded" else "failed"]),
               description=f"outcome: {status}; overrides: {' '.join(prov.get('overrides') or []) or 'none'}",
               object=[_ref(i) for i in dict.fromkeys(all_inputs)]
               + [_ref(f"#pv-{s.name}/{p}") for s in stages for p in sorted(s.params or {})],
@@ -328,7 +328,7 @@ def export_crate(dest: Path, *, run: RunFolder, recipe: Any, store: CheckpointSt
     return CrateSummary(dest, len(stages), subject_actions, files_listed, per_subject, per_file, notes)
 
 
-def _types(entity: Mapping[str, Any]) -> list[str]:
+def _types(entity: Mapping[str, Any]) -> list[Any]:  # [None] for an entity without @type
     kind = entity.get("@type")
     return kind if isinstance(kind, list) else [kind]
 

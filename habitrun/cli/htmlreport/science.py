@@ -258,7 +258,7 @@ def _read_table(stage: str, path: Path) -> TablePreview | None:
             header = next(reader, None)
             if not header:
                 return None
-            rows = []
+            rows: list[list[str]] = []
             truncated = False
             for row in reader:
                 if len(rows) >= MAX_TABLE_ROWS:

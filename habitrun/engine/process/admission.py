@@ -163,8 +163,8 @@ class Admission:
         head = queue[0]
         predicted = self.predict(head)
         others_run = any(x.outstanding for x in self.workers() if x is not w)
-        if self.must_run_alone(head.subject_id, predicted) or not (others_run or w.outstanding or
-                                                                  self.fits(w, predicted, used)):  # type: ignore[arg-type]
+        if predicted is None or self.must_run_alone(head.subject_id, predicted) or not (
+                others_run or w.outstanding or self.fits(w, predicted, used)):
             # Alone; or it cannot fit even with nothing running (the idle workers' own memory): then alone too.
             if w.outstanding or others_run or self.recycle_grown():  # grown idle workers go first
                 self.wait(head, now, w)
@@ -173,7 +173,7 @@ class Admission:
             self.exclusive = w
             self.stats.alone(head.subject_id, over=predicted is not None and predicted > self.budget)
             return self.start(head, predicted, now)
-        if self.fits(w, predicted, used):  # type: ignore[arg-type] - not alone: known
+        if self.fits(w, predicted, used):  # not alone: known
             queue.popleft()
             return self.start(head, predicted, now)
         self.wait(head, now, w)
@@ -183,9 +183,9 @@ class Admission:
             return None  # its turn: what runs drains until it fits
         for index, task in enumerate(itertools.islice(queue, 1, SCAN), start=1):
             p = self.predict(task)
-            if self.must_run_alone(task.subject_id, p):
+            if p is None or self.must_run_alone(task.subject_id, p):
                 continue
-            if self.fits(w, p, used):  # type: ignore[arg-type] - not alone: known
+            if self.fits(w, p, used):  # not alone: known
                 del queue[index]
                 return self.start(task, p, now)
         return None
