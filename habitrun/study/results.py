@@ -18,8 +18,10 @@ from collections.abc import Mapping
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
+from habitrun.engine.stage_kinds import kind_of
 from habitrun.errors import MissingExtra, UsageError
 from habitrun.planner.plan import GROUP_SUBJECT, Plan, StagePlan, SubjectStatus
+from habitrun.spec.subjects import rows_by_id
 from habitrun.store.trace import COL, latest_by_key
 
 if TYPE_CHECKING:
@@ -55,7 +57,7 @@ def group_result(study: Study, stage: str) -> Any:
     assert store is not None
     with store:
         stage_plan = stage_of(study.plan(study.subjects(), store), stage)
-        if not stage_plan.is_group:
+        if not kind_of(stage_plan).one_result:
             raise UsageError(f"stage {stage!r} is a map stage: it has one result per subject, not one")
         key = stage_plan.keys[GROUP_SUBJECT]
         results = store.results([key])
@@ -67,10 +69,10 @@ def group_result(study: Study, stage: str) -> Any:
 
 def is_group_stage(study: Study, stage: str) -> bool:
     """Whether ``stage`` has one result for the whole cohort (UsageError: no such stage)."""
-    kinds = {s.name: s.kind for s in study.loaded.recipe.stages}
-    if stage not in kinds:
-        raise UsageError(f"the recipe has no stage {stage!r}; its stages are: {', '.join(kinds)}")
-    return kinds[stage] != "map"
+    stages = {s.name: s for s in study.loaded.recipe.stages}
+    if stage not in stages:
+        raise UsageError(f"the recipe has no stage {stage!r}; its stages are: {', '.join(stages)}")
+    return kind_of(stages[stage]).one_result
 
 
 def stage_table(study: Study, stage: str, *, manifest: bool = False,
@@ -82,7 +84,7 @@ def stage_table(study: Study, stage: str, *, manifest: bool = False,
     assert store is not None
     with store:
         stage_plan = stage_of(study.plan(subjects, store), stage)
-        if stage_plan.is_group:
+        if kind_of(stage_plan).one_result:
             raise UsageError(f"stage {stage!r} is a {stage_plan.kind} stage with one result: "
                              f"write it with -o result.json")
         keys = [stage_plan.keys[row.id] for row in subjects]
@@ -94,6 +96,7 @@ def stage_table(study: Study, stage: str, *, manifest: bool = False,
     if manifest:
         for row in subjects:
             field_names.extend(name for name in row.fields if name not in field_names)
+        by_id = rows_by_id(subjects)  # a found subject's files by their absolute paths
     fixed = ["subject_id", *(META if meta else ())]
     fixed += [name for name in field_names if name not in fixed]
     result_columns: dict[str, None] = {}
@@ -106,7 +109,7 @@ def stage_table(study: Study, stage: str, *, manifest: bool = False,
         if manifest:
             for name in field_names:
                 if name not in out:
-                    out[name] = row.fields.get(name)
+                    out[name] = by_id[row.id].fields.get(name)
         if key in results:
             value = results[key]
             flat = flatten(value) if isinstance(value, Mapping) else {"result": value}

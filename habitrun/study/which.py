@@ -113,8 +113,23 @@ def recipe_of_run(run: RunFolder, home: LoadedRecipe, extra: Sequence[str] = ())
             raise
         raise StoreError(f"the recipe stored in {run.path} no longer loads ({exc.problems[0]}); name the values "
                          "to read as overrides instead") from None
+    loaded = _moved_data(loaded, home, recorded, extra)
     return dataclasses.replace(loaded, path=home.path, sha256=sha or loaded.sha256,
                                overrides=(*selecting(recorded), *extra))
+
+
+def _moved_data(stored: LoadedRecipe, home: LoadedRecipe, recorded: Sequence[str],
+                extra: Sequence[str]) -> LoadedRecipe:
+    """The recipe file with the run's overrides, where it differs from the run's stored recipe only
+    outside its stages and policy (a data folder moved and its ``vars`` value changed, a description):
+    the run's results, read from where the study's files are now. Else the stored recipe."""
+    kept = [o for o in recorded if not _SELECTION.match(override_key(o))]
+    try:
+        now = load_recipe(home.path, (*kept, *extra), root=home.root)
+    except RecipeError:
+        return stored
+    same = all(now.resolved.get(part) == stored.resolved.get(part) for part in ("stages", "policy", "run_dir"))
+    return now if same and now.resolved != stored.resolved else stored
 
 
 def _file_value(home: LoadedRecipe, key: str) -> str:
