@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
@@ -31,6 +32,9 @@ from habitrun.spec.loader import LoadedRecipe
 from habitrun.store.checkpoint import CheckpointStore
 from habitrun.store.runs import WORK, is_key_folder, key_folder
 from habitrun.study.facade import Study
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 @dataclass
@@ -55,7 +59,7 @@ def _size(path: Path) -> int:
     return total
 
 
-def current_folders(loaded: LoadedRecipe, plan: Plan, subjects: list) -> dict[tuple[str, str], str]:
+def current_folders(loaded: LoadedRecipe, plan: Plan, subjects: Sequence[Any]) -> dict[tuple[str, str], str]:
     """(stage, subject folder name) -> the key folder its current key uses."""
     safe = {row.id: row.safe for row in subjects}
     out: dict[tuple[str, str], str] = {}
@@ -67,7 +71,7 @@ def current_folders(loaded: LoadedRecipe, plan: Plan, subjects: list) -> dict[tu
     return out
 
 
-def find_garbage(loaded: LoadedRecipe, plan: Plan, subjects: list, store: CheckpointStore | None) -> Garbage:
+def find_garbage(loaded: LoadedRecipe, plan: Plan, subjects: Sequence[Any], store: CheckpointStore | None) -> Garbage:
     garbage = Garbage()
     current = {stage.name: set(stage.keys.values()) for stage in plan}
     if store is not None:
@@ -96,7 +100,7 @@ def _mb(n: int) -> str:
     return f"{n / 1e6:.1f} MB" if n >= 100_000 else f"{n / 1e3:.1f} kB"
 
 
-def _collect(study: Study, store: CheckpointStore | None) -> tuple[list, Garbage]:
+def _collect(study: Study, store: CheckpointStore | None) -> tuple[Sequence[Any], Garbage]:
     subjects = study.subjects()
     plan = study.plan(subjects, store)
     return subjects, find_garbage(study.loaded, plan, subjects, store)
@@ -136,7 +140,7 @@ def gc(
     _report(console, loaded, garbage, show, done=True, again=again)
 
 
-def _report(console: object, loaded: LoadedRecipe, garbage: Garbage, show: int, *, done: bool, again: str) -> None:
+def _report(console: Console, loaded: LoadedRecipe, garbage: Garbage, show: int, *, done: bool, again: str) -> None:
     verb = "deleted" if done else "would delete"
     total = garbage.record_bytes + garbage.folder_bytes
     shown = garbage.folders if show <= 0 else garbage.folders[:show]

@@ -87,8 +87,10 @@ def journal_check(loaded: LoadedRecipe, store: CheckpointStore | None) -> Recove
 
 def outside_notes(plan: Plan, store: CheckpointStore | None) -> list[str]:
     """Stages whose stored results name absolute paths outside the study (they do not move with it)."""
-    notes = []
-    for stage in plan if store is not None else ():
+    notes: list[str] = []
+    if store is None:
+        return notes
+    for stage in plan:
         count, example = store.outside_paths(stage.name)
         if count:
             notes.append(f"stage {stage.name}: {count} stored result(s) name paths outside the study "

@@ -442,9 +442,9 @@ def print_problems(console: Console, shown: Shown, target: Path, *, show_all: bo
     if not failed:
         if shown.outcome == "failed":  # failed, yet no failure of its own nor stored: say what made it fail
             stages = (shown.info.get("summary") or {}).get("stages") or {}
-            what = {k: sum(int(c.get(k) or 0) for c in stages.values()) for k in ("failed", "skipped", "not_run")}
-            console.print(f"no failed subject is recorded now; the run counted {what['failed']} failed, "
-                          f"{what['skipped']} skipped and {what['not_run']} not run", highlight=False)
+            totals = {k: sum(int(c.get(k) or 0) for c in stages.values()) for k in ("failed", "skipped", "not_run")}
+            console.print(f"no failed subject is recorded now; the run counted {totals['failed']} failed, "
+                          f"{totals['skipped']} skipped and {totals['not_run']} not run", highlight=False)
         else:
             console.print("no failed subjects")
         return
