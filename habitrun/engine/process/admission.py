@@ -16,7 +16,12 @@ stream of small ones.
 Alone: a subject whose prediction exceeds the whole budget, one that was
 killed for memory while others ran, and, while nothing of the stage is
 known yet, the first one (the smallest input: a probe) run alone: they
-start only once no other subject runs, and nothing starts beside them. A
+start only once no other subject runs, and nothing starts beside them. No
+probe where memory is plenty: while nothing is known and each worker slot's
+share of the budget holds at least ``PROBE_ROOM`` fresh workers, a subject
+is charged half that share (no prediction, no error recorded; the other
+half is room for workers' growth) and the workers fill at once; the first
+measured peaks then predict the rest. A
 subject killed for memory while others ran is not charged: it goes back to
 the queue to run alone, and the model learns from the kill. Killed while
 alone, it is charged (an out-of-memory failure). Idle persistent workers
@@ -45,6 +50,7 @@ FRESH_WORKER_MB = 30.0  # a worker's own memory before any is measured
 RESORT_SEC = 1.0  # a long queue is sorted again at most this often
 REREAD_SEC = 0.1  # an idle worker's memory is read again no sooner
 MAX_REMEMBERED = 256  # idle workers' memory remembered at most (then only the live ones and the least)
+PROBE_ROOM = 20  # no probe while a slot's share of the budget holds this many fresh workers
 
 
 class Admission:
@@ -52,8 +58,10 @@ class Admission:
 
     def __init__(self, budget_mb: float, model: PeakModel, stats: StageMemory,
                  workers: Callable[[], list[WorkerHandle]], mean_sec: Callable[[], float | None],
-                 recycles: bool) -> None:
+                 recycles: bool, slots: Callable[[], int] | None = None) -> None:
         self.budget = budget_mb
+        self.slots = slots  # the pool's worker slots now (None: always probe when nothing is known)
+        self.shared: set[str] = set()  # admitted on a slot's share, not a prediction
         self.model = model
         self.stats = stats
         self.workers = workers  # the pool's live workers
@@ -121,8 +129,24 @@ class Admission:
         value = self.predicted[sid] = self.model.predict(sid)
         return value
 
+    def share(self) -> float | None:
+        """With nothing known, what a subject is charged instead of probing: its slot's share of a budget
+        roomy against a fresh worker; None: too tight, probe."""
+        if self.slots is None:
+            return None
+        share = self.budget / max(1, self.slots())
+        return share / 2 if share >= PROBE_ROOM * self.base_mb() else None
+
     def must_run_alone(self, sid: str, predicted: float | None) -> bool:
         return predicted is None or sid in self.alone or predicted > self.budget
+
+    def charged(self, sid: str, predicted: float | None) -> tuple[float | None, bool]:
+        """What ``sid`` is charged, and whether that is a slot's share (nothing known, no probe)."""
+        if predicted is None and sid not in self.alone:
+            share = self.share()
+            if share is not None:
+                return share, True
+        return predicted, False
 
     def order(self, queue: deque[SubjectTask], now: float) -> None:
         """Sort the queue: largest predicted peak first, those to run alone last; before anything is
@@ -161,7 +185,7 @@ class Admission:
         used = self.used()  # also measures the idle workers (a fresh one's memory is the model's baseline)
         self.order(queue, now)
         head = queue[0]
-        predicted = self.predict(head)
+        predicted, shared = self.charged(head.subject_id, self.predict(head))
         others_run = any(x.outstanding for x in self.workers() if x is not w)
         if self.must_run_alone(head.subject_id, predicted) or not (others_run or w.outstanding or
                                                                   self.fits(w, predicted, used)):  # type: ignore[arg-type]
@@ -175,19 +199,19 @@ class Admission:
             return self.start(head, predicted, now)
         if self.fits(w, predicted, used):  # type: ignore[arg-type] - not alone: known
             queue.popleft()
-            return self.start(head, predicted, now)
+            return self.start(head, predicted, now, shared)
         self.wait(head, now, w)
         self.recycle_grown()
         patience = max(PATIENCE_SEC, self.mean_sec() or 0.0)
         if now - self.waiting.get(head.subject_id, now) >= patience:
             return None  # its turn: what runs drains until it fits
         for index, task in enumerate(itertools.islice(queue, 1, SCAN), start=1):
-            p = self.predict(task)
+            p, shared = self.charged(task.subject_id, self.predict(task))
             if self.must_run_alone(task.subject_id, p):
                 continue
             if self.fits(w, p, used):  # type: ignore[arg-type] - not alone: known
                 del queue[index]
-                return self.start(task, p, now)
+                return self.start(task, p, now, shared)
         return None
 
     def wait(self, task: SubjectTask, now: float, w: WorkerHandle) -> None:
@@ -195,9 +219,11 @@ class Admission:
         if not w.outstanding:
             self.waiting.setdefault(task.subject_id, now)
 
-    def start(self, task: SubjectTask, predicted: float | None, now: float) -> SubjectTask:
+    def start(self, task: SubjectTask, predicted: float | None, now: float, shared: bool = False) -> SubjectTask:
         sid = task.subject_id
         self.admitted[sid] = predicted
+        if shared:
+            self.shared.add(sid)
         since = self.waiting.pop(sid, None)
         if since is not None:
             self.stats.waited(now - since)
@@ -233,6 +259,9 @@ class Admission:
         if ran_alone and not w.outstanding:  # type: ignore[union-attr]
             self.exclusive = None
         predicted = self.admitted.pop(sid, None)
+        if sid in self.shared:  # a share, not a prediction: no error, and no floor from it
+            self.shared.discard(sid)
+            predicted = None
         if outcome.ok:
             usage = outcome.usage
             peak = usage[3] / 1024 if usage is not None and usage[3] is not None else None
