@@ -21,7 +21,10 @@ probe where memory is plenty: while nothing is known and each worker slot's
 share of the budget holds at least ``PROBE_ROOM`` fresh workers, a subject
 is charged half that share (no prediction, no error recorded; the other
 half is room for workers' growth) and the workers fill at once; the first
-measured peaks then predict the rest. A
+measured peaks then predict the rest. Roomy: while every slot's largest
+prediction (or share) fits half the budget, and what the workers hold (read
+again once a second) fills under half of it, no subject can be held back:
+``take`` just hands out the next one, without the per-subject sums. A
 subject killed for memory while others ran is not charged: it goes back to
 the queue to run alone, and the model learns from the kill. Killed while
 alone, it is charged (an out-of-memory failure). Idle persistent workers
@@ -76,6 +79,9 @@ class Admission:
         self.read_at: dict[int, float] = {}  # worker pid -> when its memory was last read
         self.sorted_version = -1
         self.sorted_at = 0.0
+        self.roomy = False  # as of the last sort: every slot may hold the largest prediction twice over
+        self.room_checked_at = -RESORT_SEC  # when what the workers hold was last summed (roomy)
+        self.room_ok = False
 
     # ------------------------------------------------------------- charges
     def base_mb(self) -> float:
@@ -159,6 +165,7 @@ class Admission:
         if self.stats.predicted_max_mb is None and model.knows_anything:
             known = [p for p in self.predicted.values() if p is not None]
             self.stats.predicted_max_mb = max(known) if known else None
+        self.roomy = self.is_roomy()
         if not model.knows_anything:
             features = model.features
             items = sorted(queue, key=lambda t: features.get(t.subject_id, float("inf")))
@@ -173,6 +180,25 @@ class Admission:
         queue.clear()
         queue.extend(items)
 
+    def is_roomy(self) -> bool:
+        """Whether, by the current predictions, no subject can be held back (see the module's docstring)."""
+        if self.alone or self.slots is None:
+            return False
+        if not self.model.knows_anything:
+            largest = self.share()
+        else:
+            values = self.predicted.values()
+            largest = None if None in values else max(values, default=0.0)
+        return largest is not None and largest * self.slots() <= self.budget / 2
+
+    def still_roomy(self, now: float) -> bool:
+        if not self.roomy or self.exclusive is not None:
+            return False
+        if now - self.room_checked_at >= RESORT_SEC:  # the workers' own memory may have grown
+            self.room_checked_at = now
+            self.room_ok = self.used() <= self.budget / 2
+        return self.room_ok
+
     # ------------------------------------------------------------- taking
     def take(self, queue: deque[SubjectTask], w: WorkerHandle, now: float) -> SubjectTask | None:
         """The next subject for ``w`` (removed from ``queue``), or None: none may start on it now."""
@@ -182,8 +208,12 @@ class Admission:
             if not self.exclusive.dead and self.exclusive.outstanding:
                 return None
             self.exclusive = None
-        used = self.used()  # also measures the idle workers (a fresh one's memory is the model's baseline)
         self.order(queue, now)
+        if self.still_roomy(now):
+            head = queue.popleft()
+            predicted, shared = self.charged(head.subject_id, self.predict(head))
+            return self.start(head, predicted, now, shared)
+        used = self.used()  # also measures the idle workers (a fresh one's memory is the model's baseline)
         head = queue[0]
         predicted, shared = self.charged(head.subject_id, self.predict(head))
         others_run = any(x.outstanding for x in self.workers() if x is not w)
