@@ -18,7 +18,8 @@ killed for memory while others ran, and, while nothing of the stage is
 known yet, the first one (the smallest input: a probe) run alone: they
 start only once no other subject runs, and nothing starts beside them. No
 probe where memory is plenty: while nothing is known and each worker slot's
-share of the budget holds at least ``PROBE_ROOM`` fresh workers, a subject
+share of the budget holds at least ``PROBE_ROOM`` fresh workers (counted
+as no less than ``FRESH_WORKER_MB`` each: at least 600 MB), a subject
 is charged half that share (no prediction, no error recorded; the other
 half is room for workers' growth) and the workers fill at once; the first
 measured peaks then predict the rest. Roomy: while every slot's largest
@@ -141,7 +142,8 @@ class Admission:
         if self.slots is None:
             return None
         share = self.budget / max(1, self.slots())
-        return share / 2 if share >= PROBE_ROOM * self.base_mb() else None
+        worker = max(self.base_mb(), FRESH_WORKER_MB)  # a forked worker's RSS can be a few MB: not a yardstick
+        return share / 2 if share >= PROBE_ROOM * worker else None
 
     def must_run_alone(self, sid: str, predicted: float | None) -> bool:
         return predicted is None or sid in self.alone or predicted > self.budget
