@@ -86,6 +86,14 @@ def run_habitrun(n: int, ms: float, workers: int, mode: str = "persistent") -> f
         return wall
 
 
+POLICY: dict = {}  # --policy KEY=VALUE: more policy for the habitrun-engine column
+
+
+def budget_value(text: str) -> int | str | None:
+    """A --memory-budget value as the recipe would hold it: a number of MB, 'auto' or null."""
+    return None if text in ("null", "none") else text if text == "auto" else int(text)
+
+
 def run_habitrun_engine(n: int, ms: float, workers: int) -> float:
     """The whole engine, as `habitrun run` does it: a recipe, a plan, the process backend,
     every outcome stored in the checkpoint store and written to the event log. Timed from the
@@ -101,7 +109,7 @@ def run_habitrun_engine(n: int, ms: float, workers: int) -> float:
         (root / "subjects.csv").write_text("subject_id\n" + "".join(f"S{i}\n" for i in range(n)))
         recipe = {
             "habitrun": 1, "name": "dispatch-bench", "subjects": {"manifest": "subjects.csv"},
-            "policy": {"workers": workers, "subject_timeout_sec": 600, "auto_retry_rounds": 0},
+            "policy": {"workers": workers, "subject_timeout_sec": 600, "auto_retry_rounds": 0, **POLICY},
             "stages": [
                 {"name": "warm", "operator": "dispatch:busy", "params": {"ms": 0.0}},
                 {"name": "bench", "operator": "dispatch:busy", "params": {"ms": ms}},
@@ -212,7 +220,10 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--only", nargs="*", choices=list(COLUMNS), help="columns to run")
     parser.add_argument("--isolated-n", type=int, default=60, help="subjects for the isolated table")
+    parser.add_argument("--memory-budget", type=budget_value, default="auto",
+                        help="policy.memory_budget_mb of the habitrun-engine column: MB, auto (the default) or null")
     args = parser.parse_args()
+    POLICY["memory_budget_mb"] = args.memory_budget
     sizes = args.n or ([1000] if args.quick else [2000, 20000])
     columns = {k: v for k, v in COLUMNS.items() if not args.only or k in args.only}
     print(f"# {os.cpu_count()} cpus, {args.workers} workers, python {sys.version.split()[0]}")

@@ -36,7 +36,7 @@ with tempfile.TemporaryDirectory() as tmp:
     (root / "subjects.csv").write_text("subject_id\n" + "".join(f"S{i}\n" for i in range(n)))
     (root / "ops.py").write_text(ops)
     recipe = {"habitrun": 1, "name": "engine-cpu", "subjects": {"manifest": "subjects.csv"},
-              "policy": {"workers": 2, "subject_timeout_sec": 600, "auto_retry_rounds": 0},
+              "policy": {"workers": 2, "subject_timeout_sec": 600, "auto_retry_rounds": 0, **policy},
               "stages": [{"name": "warm", "operator": "ops:busy", "params": {"ms": 0.0}},
                          {"name": "bench", "operator": "ops:busy", "params": {"ms": ms}}]}
     (root / "recipe.yaml").write_text(json.dumps(recipe))
@@ -52,7 +52,7 @@ import psutil
 from habitrun.engine.runner import run_study
 from habitrun.spec.loader import load_recipe
 
-n, ms, ops = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+n, ms, ops, policy = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3], json.loads(sys.argv[4])
 marks = {}
 
 def threads():
@@ -93,14 +93,21 @@ def busy(subject, ms=0.0):
 """
 
 
-def one_run(tree: Path, n: int, ms: float) -> dict[str, float]:
+def one_run(tree: Path, n: int, ms: float, policy: dict | None = None) -> dict[str, float]:
     """One fresh runner process of ``tree``: µs per subject (wall, process CPU, two threads, workers)."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    done = subprocess.run([sys.executable, "-c", CHILD, str(n), str(ms), OPS], env=env, capture_output=True,
+    done = subprocess.run([sys.executable, "-c", CHILD, str(n), str(ms), OPS, json.dumps(policy or {})], env=env, capture_output=True,
                           text=True, timeout=1800, check=False, cwd=tempfile.gettempdir())
     if done.returncode != 0:
         raise SystemExit(f"{tree}: the run failed:\n{done.stderr[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def budget_policy(text: str | None) -> dict:
+    """The policy a --memory-budget value adds: none (the default), or memory_budget_mb as MB, auto or null."""
+    if text is None:
+        return {}
+    return {"memory_budget_mb": None if text in ("null", "none") else text if text == "auto" else int(text)}
 
 
 def main() -> None:
@@ -109,20 +116,29 @@ def main() -> None:
     parser.add_argument("--ms", type=float, default=0.0, help="busy ms per subject (default 0)")
     parser.add_argument("--repeat", type=int, default=5, help="runs of each tree (default 5)")
     parser.add_argument("--against", type=Path, default=None, help="another checkout, run in alternation")
+    parser.add_argument("--memory-budget", default=None,
+                        help="policy.memory_budget_mb (MB, auto or null) of this tree's runs (default: the recipe's "
+                             "default); with --against-budget, this tree runs with both, in alternation")
+    parser.add_argument("--against-budget", default=None, help="a second memory_budget_mb for this tree's runs")
     args = parser.parse_args()
-    trees = [HERE] + ([args.against.resolve()] if args.against else [])
-    runs: dict[Path, list[dict[str, float]]] = {tree: [] for tree in trees}
+    trees: list[tuple[str, Path, dict]] = [(str(HERE), HERE, budget_policy(args.memory_budget))]
+    if args.against_budget is not None:
+        trees.append((f"{HERE} (budget {args.against_budget})", HERE, budget_policy(args.against_budget)))
+        trees[0] = (f"{HERE} (budget {args.memory_budget or 'default'})", HERE, trees[0][2])
+    if args.against:
+        trees.append((str(args.against.resolve()), args.against.resolve(), {}))
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name, _, _ in trees}
     started = time.perf_counter()
     for _ in range(args.repeat):
-        for tree in trees:
-            runs[tree].append(one_run(tree, args.n, args.ms))
+        for name, tree, policy in trees:
+            runs[name].append(one_run(tree, args.n, args.ms, policy))
     print(f"runner µs per subject, N={args.n} x {args.ms:g} ms, 2 workers, {args.repeat} alternating runs "
           f"({time.perf_counter() - started:.0f} s): median (min)")
     print(f"{'tree':<40} {'wall':>14} {'process CPU':>14} {'MainThread':>14} {'recorder':>14} {'workers':>14}")
-    for tree, rows in runs.items():
+    for name, rows in runs.items():
         cells = [f"{statistics.median(r[k] for r in rows):7.1f} ({min(r[k] for r in rows):5.1f})"
                  for k in ("wall", "cpu", "main", "recorder", "workers")]
-        print(f"{str(tree)[-40:]:<40} " + " ".join(f"{c:>14}" for c in cells))
+        print(f"{name[-40:]:<40} " + " ".join(f"{c:>14}" for c in cells))
 
 
 if __name__ == "__main__":

@@ -38,8 +38,10 @@ from habitrun.cli.memory_text import run_memory  # noqa: E402
 from habitrun.store.checkpoint import CheckpointStore  # noqa: E402
 from tests.engine.memstudy import MemoryCgroup, cgroup_v1_available, make_skewed_study  # noqa: E402
 
-SETTINGS = (("fixed workers 1", {"workers": 1}), ("fixed workers 2", {"workers": 2}),
-            ("fixed workers 4", {"workers": 4}), ("budget (workers 4, auto)", {"workers": 4, "memory_budget_mb": "auto"}))
+SETTINGS = (("fixed workers 1", {"workers": 1, "memory_budget_mb": None}),
+            ("fixed workers 2", {"workers": 2, "memory_budget_mb": None}),
+            ("fixed workers 4", {"workers": 4, "memory_budget_mb": None}),
+            ("budget (workers 4, auto)", {"workers": 4, "memory_budget_mb": "auto"}))
 
 
 def latest_provenance(recipe: Path) -> dict:

@@ -88,7 +88,8 @@ def plan_memory_lines(memory: dict[str, dict[str, Any]]) -> list[str]:
     lines = []
     for name, st in memory.items():
         if not st["predicted"]:
-            what = "no peak known yet (nothing of this code measured): the first subject runs alone"
+            what = ("no peak known yet (nothing of this code measured): the first subject runs alone, unless each "
+                    "worker's share of the budget is roomy (20 fresh workers, at least 600 MB)")
         else:
             over = (f"{st['over_budget']} over the budget (each runs alone)" if st["over_budget"]
                     else "none over the budget")

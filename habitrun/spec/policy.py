@@ -190,7 +190,7 @@ class RunPolicy(BaseModel):
     persistent_worker_recycle_after_tasks: int = Field(default=0, ge=0, description="Replace a persistent worker after this many subjects (0: never).")
     worker_threads: int = Field(default=1, ge=1, description="BLAS/OpenMP threads per worker (OMP_NUM_THREADS and friends).")
     worker_memory_limit_mb: int | None = Field(default=None, gt=0, description="Resident memory per worker (with its children) past which it is stopped as out of memory.")
-    memory_budget_mb: Annotated[int, Field(gt=0)] | Literal["auto"] | None = Field(default=None, description="Process backend: subjects start only while the predicted peak memory of those running (learned from the trace, see memory_hint) plus their workers' own fits this many MB; 'auto': 85 % of the memory the run may use (its cgroup's limit when there is one, else MemAvailable), less what the runner itself holds; null: no budget (workers alone decide, OOM backoff as before).")
+    memory_budget_mb: Annotated[int, Field(gt=0)] | Literal["auto"] | None = Field(default="auto", description="Process backend: subjects start only while the predicted peak memory of those running (learned from the trace, see memory_hint) plus their workers' own fits this many MB; 'auto' (the default): 85 % of the memory the run may use (its cgroup's limit when there is one, else MemAvailable), less what the runner itself holds; with the serial and dask backends 'auto' does not apply (a number is refused there); null: no budget (workers alone decide, OOM backoff as before).")
     memory_hint: str | None = Field(default=None, description="A numeric manifest column that grows with a subject's memory (e.g. voxels): what memory_budget_mb predicts from for subjects with no history (default: the size of the subject's input files).")
     log_max_mb: float = Field(default=10.0, gt=0, le=1_000_000, description="A subject's log keeps at most this much of what it printed: the head and the tail, with a line saying how much was cut.")
     start_method: StartMethod = Field(default="forkserver", description="How worker processes start: forkserver (operator module preloaded), spawn, or fork.")
@@ -241,8 +241,8 @@ class RunPolicy(BaseModel):
                 ("persistent_worker_recycle_after_tasks",),
                 "persistent_worker_recycle_after_tasks only applies to parallel_mode 'persistent'",
             ))
-        if self.memory_budget_mb is not None and self.backend != "process":
-            problems.append((("memory_budget_mb",), "memory_budget_mb applies to backend 'process' (it admits "
+        if isinstance(self.memory_budget_mb, int) and self.backend != "process":  # 'auto' (the default) just does not apply
+            problems.append((("memory_budget_mb",), "a memory_budget_mb in MB applies to backend 'process' (it admits "
                              "subjects into that backend's workers by their predicted memory); drop it or use "
                              "backend 'process'"))
         if self.dask is not None and self.backend != "dask":

@@ -34,7 +34,7 @@ def test_budget_admits_by_predicted_memory_where_fixed_workers_get_oom_killed(tm
     assert why is None, f"this test needs a cgroup v1 memory controller, as root: {why}"
 
     # the big ones hold their memory long enough to meet whatever their workers' staggered starts
-    fixed = make_skewed_study(tmp_path / "fixed", big_hold=0.8)
+    fixed = make_skewed_study(tmp_path / "fixed", big_hold=0.8, policy={"memory_budget_mb": None})
     with MemoryCgroup(LIMIT_MB) as cg:
         run = cg.run(["run", str(fixed)], cwd=fixed.parent)
         kills = cg.oom_kills()

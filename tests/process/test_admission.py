@@ -69,6 +69,17 @@ def test_with_nothing_known_the_smallest_runs_alone_first_then_the_rest_side_by_
     assert backend.memory_facts()["stages"]["s"]["predicted_subjects"] == 4
 
 
+def test_with_nothing_known_and_a_roomy_budget_there_is_no_probe_the_workers_fill_at_once(make_backend, tasks):
+    backend = make_backend(workers=3, memory_budget_mb=6000)  # 2000 MB a slot: far over 20 fresh workers
+    sizes = {"a": 10.0, "b": 20.0, "c": 30.0}
+    backend.forecast = model_with({}, features=sizes)
+    got = results(run(backend, HOLD, tasks(*({"id": sid, "mb": int(size), "sec": 0.6} for sid, size in sizes.items()))))
+    assert overlaps(got["a"], got["b"]) and overlaps(got["b"], got["c"]) and overlaps(got["a"], got["c"])
+    stats = backend.memory_facts()["stages"]["s"]
+    assert stats["ran_alone"] == 0
+    assert stats["predicted_subjects"] == 0  # a slot's share is no prediction: no error recorded for it
+
+
 def test_a_worker_grown_by_a_leak_is_recycled_when_memory_is_short(make_backend, tasks):
     backend = make_backend(workers=2, memory_budget_mb=400)
     backend.forecast = model_with({"L": 260.0, "B": 250.0})

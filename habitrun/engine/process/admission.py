@@ -16,7 +16,16 @@ stream of small ones.
 Alone: a subject whose prediction exceeds the whole budget, one that was
 killed for memory while others ran, and, while nothing of the stage is
 known yet, the first one (the smallest input: a probe) run alone: they
-start only once no other subject runs, and nothing starts beside them. A
+start only once no other subject runs, and nothing starts beside them. No
+probe where memory is plenty: while nothing is known and each worker slot's
+share of the budget holds at least ``PROBE_ROOM`` fresh workers (counted
+as no less than ``FRESH_WORKER_MB`` each: at least 600 MB), a subject
+is charged half that share (no prediction, no error recorded; the other
+half is room for workers' growth) and the workers fill at once; the first
+measured peaks then predict the rest. Roomy: while every slot's largest
+prediction (or share) fits half the budget, and what the workers hold (read
+again once a second) fills under half of it, no subject can be held back:
+``take`` just hands out the next one, without the per-subject sums. A
 subject killed for memory while others ran is not charged: it goes back to
 the queue to run alone, and the model learns from the kill. Killed while
 alone, it is charged (an out-of-memory failure). Idle persistent workers
@@ -45,6 +54,7 @@ FRESH_WORKER_MB = 30.0  # a worker's own memory before any is measured
 RESORT_SEC = 1.0  # a long queue is sorted again at most this often
 REREAD_SEC = 0.1  # an idle worker's memory is read again no sooner
 MAX_REMEMBERED = 256  # idle workers' memory remembered at most (then only the live ones and the least)
+PROBE_ROOM = 20  # no probe while a slot's share of the budget holds this many fresh workers
 
 
 class Admission:
@@ -52,8 +62,10 @@ class Admission:
 
     def __init__(self, budget_mb: float, model: PeakModel, stats: StageMemory,
                  workers: Callable[[], list[WorkerHandle]], mean_sec: Callable[[], float | None],
-                 recycles: bool) -> None:
+                 recycles: bool, slots: Callable[[], int] | None = None) -> None:
         self.budget = budget_mb
+        self.slots = slots  # the pool's worker slots now (None: always probe when nothing is known)
+        self.shared: set[str] = set()  # admitted on a slot's share, not a prediction
         self.model = model
         self.stats = stats
         self.workers = workers  # the pool's live workers
@@ -68,6 +80,9 @@ class Admission:
         self.read_at: dict[int, float] = {}  # worker pid -> when its memory was last read
         self.sorted_version = -1
         self.sorted_at = 0.0
+        self.roomy = False  # as of the last sort: every slot may hold the largest prediction twice over
+        self.room_checked_at = -RESORT_SEC  # when what the workers hold was last summed (roomy)
+        self.room_ok = False
 
     # ------------------------------------------------------------- charges
     def base_mb(self) -> float:
@@ -121,8 +136,25 @@ class Admission:
         value = self.predicted[sid] = self.model.predict(sid)
         return value
 
+    def share(self) -> float | None:
+        """With nothing known, what a subject is charged instead of probing: its slot's share of a budget
+        roomy against a fresh worker; None: too tight, probe."""
+        if self.slots is None:
+            return None
+        share = self.budget / max(1, self.slots())
+        worker = max(self.base_mb(), FRESH_WORKER_MB)  # a forked worker's RSS can be a few MB: not a yardstick
+        return share / 2 if share >= PROBE_ROOM * worker else None
+
     def must_run_alone(self, sid: str, predicted: float | None) -> bool:
         return predicted is None or sid in self.alone or predicted > self.budget
+
+    def charged(self, sid: str, predicted: float | None) -> tuple[float | None, bool]:
+        """What ``sid`` is charged, and whether that is a slot's share (nothing known, no probe)."""
+        if predicted is None and sid not in self.alone:
+            share = self.share()
+            if share is not None:
+                return share, True
+        return predicted, False
 
     def order(self, queue: deque[SubjectTask], now: float) -> None:
         """Sort the queue: largest predicted peak first, those to run alone last; before anything is
@@ -135,6 +167,7 @@ class Admission:
         if self.stats.predicted_max_mb is None and model.knows_anything:
             known = [p for p in self.predicted.values() if p is not None]
             self.stats.predicted_max_mb = max(known) if known else None
+        self.roomy = self.is_roomy()
         if not model.knows_anything:
             features = model.features
             items = sorted(queue, key=lambda t: features.get(t.subject_id, float("inf")))
@@ -149,6 +182,25 @@ class Admission:
         queue.clear()
         queue.extend(items)
 
+    def is_roomy(self) -> bool:
+        """Whether, by the current predictions, no subject can be held back (see the module's docstring)."""
+        if self.alone or self.slots is None:
+            return False
+        if not self.model.knows_anything:
+            largest = self.share()
+        else:
+            known = [v for v in self.predicted.values() if v is not None]
+            largest = None if len(known) < len(self.predicted) else max(known, default=0.0)
+        return largest is not None and largest * self.slots() <= self.budget / 2
+
+    def still_roomy(self, now: float) -> bool:
+        if not self.roomy or self.exclusive is not None:
+            return False
+        if now - self.room_checked_at >= RESORT_SEC:  # the workers' own memory may have grown
+            self.room_checked_at = now
+            self.room_ok = self.used() <= self.budget / 2
+        return self.room_ok
+
     # ------------------------------------------------------------- taking
     def take(self, queue: deque[SubjectTask], w: WorkerHandle, now: float) -> SubjectTask | None:
         """The next subject for ``w`` (removed from ``queue``), or None: none may start on it now."""
@@ -158,10 +210,14 @@ class Admission:
             if not self.exclusive.dead and self.exclusive.outstanding:
                 return None
             self.exclusive = None
-        used = self.used()  # also measures the idle workers (a fresh one's memory is the model's baseline)
         self.order(queue, now)
+        if self.still_roomy(now):
+            head = queue.popleft()
+            predicted, shared = self.charged(head.subject_id, self.predict(head))
+            return self.start(head, predicted, now, shared)
+        used = self.used()  # also measures the idle workers (a fresh one's memory is the model's baseline)
         head = queue[0]
-        predicted = self.predict(head)
+        predicted, shared = self.charged(head.subject_id, self.predict(head))
         others_run = any(x.outstanding for x in self.workers() if x is not w)
         if predicted is None or self.must_run_alone(head.subject_id, predicted) or not (
                 others_run or w.outstanding or self.fits(w, predicted, used)):
@@ -175,19 +231,19 @@ class Admission:
             return self.start(head, predicted, now)
         if self.fits(w, predicted, used):  # not alone: known
             queue.popleft()
-            return self.start(head, predicted, now)
+            return self.start(head, predicted, now, shared)
         self.wait(head, now, w)
         self.recycle_grown()
         patience = max(PATIENCE_SEC, self.mean_sec() or 0.0)
         if now - self.waiting.get(head.subject_id, now) >= patience:
             return None  # its turn: what runs drains until it fits
         for index, task in enumerate(itertools.islice(queue, 1, SCAN), start=1):
-            p = self.predict(task)
+            p, shared = self.charged(task.subject_id, self.predict(task))
             if p is None or self.must_run_alone(task.subject_id, p):
                 continue
             if self.fits(w, p, used):  # not alone: known
                 del queue[index]
-                return self.start(task, p, now)
+                return self.start(task, p, now, shared)
         return None
 
     def wait(self, task: SubjectTask, now: float, w: WorkerHandle) -> None:
@@ -195,9 +251,11 @@ class Admission:
         if not w.outstanding:
             self.waiting.setdefault(task.subject_id, now)
 
-    def start(self, task: SubjectTask, predicted: float | None, now: float) -> SubjectTask:
+    def start(self, task: SubjectTask, predicted: float | None, now: float, shared: bool = False) -> SubjectTask:
         sid = task.subject_id
         self.admitted[sid] = predicted
+        if shared:
+            self.shared.add(sid)
         since = self.waiting.pop(sid, None)
         if since is not None:
             self.stats.waited(now - since)
@@ -233,6 +291,9 @@ class Admission:
         if ran_alone and not w.outstanding:  # type: ignore[union-attr]
             self.exclusive = None
         predicted = self.admitted.pop(sid, None)
+        if sid in self.shared:  # a share, not a prediction: no error, and no floor from it
+            self.shared.discard(sid)
+            predicted = None
         if outcome.ok:
             usage = outcome.usage
             peak = usage[3] / 1024 if usage is not None and usage[3] is not None else None

@@ -82,7 +82,8 @@ class StageRun:
         if admission is not None:
             budget, model, stats = admission
             self.admission = self.book.admission = Admission(
-                budget, model, stats, pool.live, lambda: self.book.mean_sec, recycles=self.mode.learns)
+                budget, model, stats, pool.live, lambda: self.book.mean_sec, recycles=self.mode.learns,
+                slots=lambda: pool.effective)
 
     # -------------------------------------------------------------- loop
     def run(self) -> None:
