@@ -22,7 +22,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from habitrun.errors import PublishError
 from habitrun.planner.plan import StagePlan, SubjectStatus
 from habitrun.planner.stageplan import GROUP_SUBJECT
 from habitrun.spec.recipe import PublishSpec
+from habitrun.store.resultfiles import files_named
 
 INDEX_NAME = "index.json"
 INDEX_FORMAT = 1
@@ -71,7 +72,6 @@ def current_files(stage: str, results: Mapping[str, tuple[str, Any]], safe_names
     inside the run's work folders (``work_root``): an input file a result passes on is not the
     stage's output. A map subject's files go under its safe id; a collect or train stage's files
     (subject ``*``) at the top. Two files of one subject with the same name are numbered."""
-    inside = os.path.join(os.path.abspath(work_root), "")
     wanted: list[Current] = []
     for sid, (key, result) in results.items():
         prefix = "" if sid == GROUP_SUBJECT else f"{safe_names.get(sid, sid)}/"
@@ -80,29 +80,13 @@ def current_files(stage: str, results: Mapping[str, tuple[str, Any]], safe_names
             wanted.append(Current(name=f"{stage}.csv", subject=sid, key=key, source=None, table=result))
             continue
         seen: set[str] = set()
-        for path in _paths_in(result, inside):
+        for path in files_named(result, work_root):
             if str(path) in seen:
                 continue  # one file named twice by the result
             seen.add(str(path))
             name = _free_name(path.name, taken)
             wanted.append(Current(name=prefix + name, subject=sid, key=key, source=path))
     return wanted
-
-
-def _paths_in(value: Any, inside: str) -> Iterator[Path]:
-    """Every existing file under ``inside`` a result names (in dicts, lists and tuples, in order)."""
-    if isinstance(value, (Path, str)):
-        text = os.fspath(value)
-        if os.path.isabs(text):
-            text = os.path.abspath(text)
-            if text.startswith(inside) and os.path.isfile(text):
-                yield Path(text)
-    elif isinstance(value, Mapping):
-        for item in value.values():
-            yield from _paths_in(item, inside)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            yield from _paths_in(item, inside)
 
 
 def _free_name(name: str, taken: set[str]) -> str:

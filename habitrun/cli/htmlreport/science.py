@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import csv
 import math
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from habitrun.store.resultfiles import files_named
 
 PREVIEW_ROWS = 10  # rows of a table shown
 MAX_TABLE_ROWS = 200_000  # rows of a table file read for its column summaries
@@ -209,9 +210,10 @@ def tables_of(stage: str, result: Any, work_root: Path) -> list[TablePreview]:
         columns = list(dict.fromkeys(k for r in result for k in r))
         return [preview(stage, stage, columns, [[r.get(c) for c in columns] for r in result[:MAX_TABLE_ROWS]],
                         truncated=len(result) > MAX_TABLE_ROWS)]
-    inside = os.path.join(os.path.abspath(work_root), "")
     found: list[TablePreview] = []
-    for path in _table_files(result, inside):
+    for path in dict.fromkeys(files_named(result, work_root)):
+        if path.suffix.lower() not in TABLE_SUFFIXES:
+            continue
         table = _read_table(stage, path)
         if table is not None:
             found.append(table)
@@ -233,21 +235,6 @@ def _frame_table(stage: str, result: Any) -> TablePreview | None:
         rows.append(list(row))
     return preview(stage, f"{stage} (DataFrame)", [str(c) for c in columns], rows,
                    truncated=len(result) > MAX_TABLE_ROWS)
-
-
-def _table_files(value: Any, inside: str) -> Iterable[Path]:
-    if isinstance(value, (str, Path)):
-        text = os.fspath(value)
-        if os.path.isabs(text) and os.path.splitext(text)[1].lower() in TABLE_SUFFIXES:
-            text = os.path.abspath(text)
-            if text.startswith(inside) and os.path.isfile(text):
-                yield Path(text)
-    elif isinstance(value, Mapping):
-        for item in value.values():
-            yield from _table_files(item, inside)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            yield from _table_files(item, inside)
 
 
 def _read_table(stage: str, path: Path) -> TablePreview | None:
