@@ -52,7 +52,7 @@ def memory_lines(memory: dict[str, Any]) -> list[str]:
             parts.append("over the budget: " + ", ".join(st["over_budget"]))
         if st.get("predicted_subjects"):
             rel = st.get("median_rel_error")
-            parts.append(f"prediction error median {_mb(st.get('median_abs_error_mb'))}"
+            parts.append(f"predicted vs measured: median off by {_mb(st.get('median_abs_error_mb'))}"
                          + (f" ({rel:.0%})" if rel is not None else "")
                          + f" over {st['predicted_subjects']}, {st.get('under_predicted', 0)} under-predicted")
         lines.append(f"  {esc(name)}: " + esc("; ".join(parts)))
@@ -69,8 +69,8 @@ def plan_memory(loaded: Any, plan: Any, store: Any, subjects: Any) -> dict[str, 
         policy = loaded.recipe.stage_policy(stage.name)
         if not wants_forecast(policy, stage.kind):
             continue
-        from habitrun.engine.process.budget import (
-            resolve_budget,  # only with a budget: it reads the cgroup
+        from habitrun.planner.memory_budget import (
+            plan_budget,  # only with a budget: it reads the cgroup
         )
 
         if rows is None:
@@ -78,7 +78,7 @@ def plan_memory(loaded: Any, plan: Any, store: Any, subjects: Any) -> dict[str, 
         sids = stage.to_run() or list(stage.keys)
         model = stage_model(loaded, store, stage.name, stage.key_prefix, {sid: rows[sid] for sid in sids if sid in rows},
                             policy.memory_hint, subjects)
-        budget, source = resolve_budget(policy.memory_budget_mb)
+        budget, source = plan_budget(policy.memory_budget_mb)
         out[stage.name] = {**spread_of(model, sids, budget), "subjects": len(sids), "source": source}
     return out
 

@@ -51,9 +51,9 @@ def cli(*args: str, path_first: Path | None = None, timeout: float = 90) -> subp
 
 
 def results(recipe: Path, stage: str, path_first: Path | None = None) -> dict[str, dict[str, Any]]:
-    """``habitrun results STAGE -o x.jsonl``: subject -> its row."""
+    """``habitrun results STAGE --meta -o x.jsonl``: subject -> its row (result columns, status, error, costs)."""
     out = recipe.parent / f"{stage}-results.jsonl"
-    done = cli("results", str(recipe), stage, "-o", str(out), path_first=path_first)
+    done = cli("results", str(recipe), stage, "--meta", "-o", str(out), path_first=path_first)
     assert done.returncode == 0, done.stdout + done.stderr
     rows = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
     return {row["subject_id"]: row for row in rows}

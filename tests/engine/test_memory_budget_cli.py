@@ -32,7 +32,7 @@ def test_plan_predicts_peaks_and_status_shows_budget_waits_and_errors(tmp_path):
     hog = status["stages"]["hog"]
     assert hog["ran_alone"] == 1 and hog["predicted_subjects"] == 3 and hog["median_abs_error_mb"] is not None
     text = cli("status", str(recipe), cwd=recipe.parent).stdout
-    assert "memory budget 400 MB" in text and "prediction error median" in text
+    assert "memory budget 400 MB" in text and "predicted vs measured: median off by" in text
     assert "1 ran alone" in text
     report = cli("report", str(recipe), "-o", str(tmp_path / "report.html"), cwd=recipe.parent)
     assert report.returncode == 0, report.stderr
