@@ -64,7 +64,8 @@ def habitrun(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("mode", sorted(POLICIES))
+@pytest.mark.parametrize("mode", [pytest.param(m, marks=pytest.mark.dask) if m == "dask" else m
+                                  for m in sorted(POLICIES)])
 def test_a_constructor_that_raises_stops_the_run_with_one_line_for_the_stage(tmp_path: Path, mode: str) -> None:
     (tmp_path / "ops.py").write_text(OPS)
     (tmp_path / "subjects.csv").write_text("subject_id\n" + "".join(f"S{i}\n" for i in range(1, 9)))

@@ -57,6 +57,12 @@ def placed() -> Iterator[Path]:
             shutil.rmtree(PLACE, ignore_errors=True)
 
 
+# The fixture's code digests are e97702d's ``ast.dump`` on Python 3.11, which 3.12 and 3.13 dump
+# differently (what this issue fixed): there the older release itself would have rerun everything, and
+# no key of it can be rebuilt, so the upgrade is checked where the fixture was made (and on 3.10, which
+# dumps the same).
+@pytest.mark.skipif(sys.version_info[:2] >= (3, 12),
+                    reason="the fixture's ast.dump code digests were made on Python 3.11; 3.12+ dump differently")
 @pytest.mark.parametrize(("recipe", "store", "count"), [("recipe.yaml", ".habitrun/store", 7),
                                                          ("inside.yaml", ".habitrun-inside/store", 5)])
 def test_the_older_store_plans_done_runs_nothing_and_then_survives_a_copy(
