@@ -46,6 +46,10 @@ def make_backend(policy: RunPolicy, workspace: Path | None = None) -> Backend:
         from habitrun.engine.dask_backend import DaskBackend
 
         return DaskBackend.from_policy(policy, workspace)
+    if policy.backend == "slurm":
+        from habitrun.engine.slurm.backend import SlurmBackend
+
+        return SlurmBackend.from_policy(policy, workspace)
     raise ValueError(f"unknown backend {policy.backend!r}")
 
 

@@ -13,6 +13,7 @@ those together with ``serial`` is rejected rather than run without them.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
@@ -20,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validat
 from habitrun.spec.failures import FailureKind
 from habitrun.spec.located import LocatedError
 
-Backend = Literal["serial", "process", "dask"]
+Backend = Literal["serial", "process", "dask", "slurm"]
 ParallelMode = Literal["persistent", "isolated"]
 FailureMode = Literal["continue", "fail_fast"]
 StartMethod = Literal["forkserver", "spawn", "fork"]
@@ -151,6 +152,80 @@ class DaskSettings(BaseModel):
         return self
 
 
+SLURM_OWN_OPTIONS = ("--array", "--output", "--error", "--parsable", "--signal", "--requeue", "--no-requeue",
+                      "--wrap", "--chdir", "--export")
+"""sbatch options habitrun sets itself for an array of worker sessions; ``slurm.extra`` may not give them."""
+
+_SLURM_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+
+
+def slurm_time_sec(text: str) -> int:
+    """A SLURM time limit in seconds ("30", "30:00", "2:30:00", "1-12", "1-12:30", "1-12:30:00"); ValueError else."""
+    match = _SLURM_TIME.match(text.strip())
+    if match is None:
+        raise ValueError(f"time {text!r} is no SLURM time (minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS)")
+    days, first, second, third = match.groups()
+    if days is None:  # minutes | minutes:seconds | hours:minutes:seconds
+        if third is not None:
+            return int(first) * 3600 + int(second) * 60 + int(third)
+        if second is not None:
+            return int(first) * 60 + int(second)
+        return int(first) * 60
+    hours, minutes, seconds = int(first), int(second or 0), int(third or 0)
+    return int(days) * 86400 + hours * 3600 + minutes * 60 + seconds
+
+
+class SlurmSettings(BaseModel):
+    """SLURM job arrays of warm worker sessions (``backend: slurm``): what each array task asks for.
+
+    Each array task runs one habitrun worker session with ``workers`` worker
+    processes on its node, through a chunk of the stage's subjects. Given in
+    the policy or per stage (a stage's ``slurm:`` is merged over the policy's).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    partition: str | None = Field(default=None, description="Partition (sbatch --partition); null: the cluster's default.")
+    time: str | None = Field(default=None, description="Wall time per array task, in SLURM's form ('30', '2:00:00', '1-12'); chunks are sized to fit in it. null: the partition's default.")
+    mem: str | None = Field(default=None, description="Memory per array task (sbatch --mem, e.g. '8G'); null: the cluster's default per CPU.")
+    cpus_per_task: int | None = Field(default=None, ge=1, description="CPUs per array task; default: workers × worker_threads.")
+    gres: str | None = Field(default=None, description="Generic resources per array task, e.g. 'gpu:1' (the session pins its workers to the GPUs SLURM gives it).")
+    account: str | None = Field(default=None, description="Account to charge (sbatch --account).")
+    qos: str | None = Field(default=None, description="Quality of service (sbatch --qos).")
+    extra: tuple[str, ...] = Field(default=(), description="More sbatch options, each one argument, e.g. '--constraint=avx2'.")
+    setup: tuple[str, ...] = Field(default=(), description="Shell lines run in the job before the session starts (e.g. 'module load python/3.11').")
+    python: str | None = Field(default=None, description="The Python (with habitrun) on the compute nodes; default: the runner's own.")
+    chunk_minutes: float = Field(default=20.0, gt=0, le=MAX_WAIT_SEC / 60, description="Aim for array tasks of about this long, from the stage's learned subject durations (first run: up to 100 tasks per stage).")
+    chunk_size: int | None = Field(default=None, ge=1, description="Subjects per array task, fixed (overrides chunk_minutes).")
+    max_running: int | None = Field(default=None, ge=1, description="Array tasks running at once (sbatch --array=...%N); null: as many as the cluster gives.")
+    signal_sec: int = Field(default=120, ge=1, le=65535, description="Seconds before a task's end (wall time or pre-emption) that SLURM warns it (--signal=B:USR1@N): the session stops taking subjects and requeues itself.")
+    requeue: bool = Field(default=True, description="Submit with --requeue: a pre-empted or node-failed task runs again (its finished subjects skipped).")
+    poll_sec: float = Field(default=2.0, gt=0, le=600, description="How often the runner reads the shards and asks squeue.")
+    max_array_size: int | None = Field(default=None, ge=1, description="Largest array to submit; default: the cluster's MaxArraySize (scontrol show config).")
+
+    @field_validator("time")
+    @classmethod
+    def _slurm_time(cls, value: str | None) -> str | None:
+        if value is not None:
+            slurm_time_sec(value)
+        return value
+
+    @field_validator("extra")
+    @classmethod
+    def _not_ours(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for item in value:
+            if not item.startswith("-"):
+                raise ValueError(f"extra option {item!r}: give each as one sbatch option, e.g. '--constraint=avx2'")
+            name = item.split("=", 1)[0]
+            if name in SLURM_OWN_OPTIONS:
+                raise ValueError(f"extra option {item!r}: habitrun sets {name} itself for its arrays")
+        return value
+
+    def time_sec(self) -> int | None:
+        """The wall time per task in seconds, if given."""
+        return None if self.time is None else slurm_time_sec(self.time)
+
+
 class RunPolicy(BaseModel):
     """How subjects run: workers, timeouts, failure handling, retries, resume.
 
@@ -168,8 +243,8 @@ class RunPolicy(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    workers: int = Field(default=1, ge=1, description="Worker processes (slots) running subjects at once.")
-    backend: Backend = Field(default="process", description="serial (in-process), process (worker processes on this machine), dask (a Dask cluster).")
+    workers: int = Field(default=1, ge=1, description="Worker processes (slots) running subjects at once (backend slurm: in each array task).")
+    backend: Backend = Field(default="process", description="serial (in-process), process (worker processes on this machine), dask (a Dask cluster), slurm (SLURM job arrays of worker sessions; see slurm settings).")
     subject_timeout_sec: float | None = Field(default=900.0, gt=0, le=MAX_WAIT_SEC, description="Wall-clock budget per subject; null turns it off.")
     subject_spawn_timeout_sec: float | None = Field(default=120.0, gt=0, le=MAX_WAIT_SEC, description="Budget for a worker to start and import the operator; null turns it off.")
     graceful_shutdown_sec: float = Field(default=15.0, ge=0, le=MAX_WAIT_SEC, description="Between SIGTERM and SIGKILL when a worker is stopped.")
@@ -195,6 +270,7 @@ class RunPolicy(BaseModel):
     log_max_mb: float = Field(default=10.0, gt=0, le=1_000_000, description="A subject's log keeps at most this much of what it printed: the head and the tail, with a line saying how much was cut.")
     start_method: StartMethod = Field(default="forkserver", description="How worker processes start: forkserver (operator module preloaded), spawn, or fork.")
     dask: DaskSettings | None = Field(default=None, description="Dask cluster settings (backend: dask only).")
+    slurm: SlurmSettings | None = Field(default=None, description="SLURM job-array settings (backend: slurm only; may be given per stage, merged over the policy's).")
     cache: CacheMode = Field(default="standard", description="How input files enter keys: standard (content; a file whose size, mtime and inode are unchanged is not read again), deep (content, every file read every plan), lenient (path and size only, never read).")
     rerun_on_package_change: bool = Field(default=False, description="Put the versions of the third-party packages a stage's code imports into its keys (default: a change is only reported by plan and status).")
     report: bool = Field(default=False, description="Write report.html (habitrun report) into the run folder at the end of every run.")
@@ -241,10 +317,15 @@ class RunPolicy(BaseModel):
                 ("persistent_worker_recycle_after_tasks",),
                 "persistent_worker_recycle_after_tasks only applies to parallel_mode 'persistent'",
             ))
-        if isinstance(self.memory_budget_mb, int) and self.backend != "process":  # 'auto' (the default) just does not apply
+        if isinstance(self.memory_budget_mb, int) and self.backend not in ("process", "slurm"):  # 'auto' (the default) just does not apply
             problems.append((("memory_budget_mb",), "a memory_budget_mb in MB applies to backend 'process' (it admits "
-                             "subjects into that backend's workers by their predicted memory); drop it or use "
-                             "backend 'process'"))
+                             "subjects into that backend's workers by their predicted memory) and 'slurm' (per array "
+                             "task); drop it or use backend 'process'"))
+        if self.slurm is not None and self.backend != "slurm":
+            problems.append((("slurm",), "the 'slurm' settings need backend 'slurm'"))
+        if self.slurm is not None and self.slurm.time is not None and self.slurm.time_sec() <= self.slurm.signal_sec:  # type: ignore[operator]
+            problems.append((("slurm", "time"), f"slurm.time {self.slurm.time!r} is not longer than slurm.signal_sec "
+                             f"({self.slurm.signal_sec} s): a task would be warned before it starts"))
         if self.dask is not None and self.backend != "dask":
             problems.append((("dask",), "the 'dask' settings need backend 'dask'"))
         if self.backend == "dask" and self.cap_workers_to_gpu_pool:
@@ -269,6 +350,9 @@ class RunPolicy(BaseModel):
         if not override:
             return self
         data = self.model_dump()
+        slurm = override.get("slurm")
+        if isinstance(slurm, dict) and isinstance(data.get("slurm"), dict):  # a stage's resources over the policy's
+            override = {**override, "slurm": {**data["slurm"], **slurm}}
         data.update(override)
         return type(self).model_validate(data)
 

@@ -42,6 +42,8 @@ fi
 host=$(hostname -s)
 cpus=$(nproc --all)  # all online CPUs: nproc alone follows the caller's CPU affinity
 mem_mb=$(awk '/MemTotal/ {print int($2 / 1024 * 0.9)}' /proc/meminfo)
+max_array=${HABITRUN_SLURM_MAX_ARRAY_SIZE:-4}
+def_mem=$((mem_mb / cpus / 2))
 conf_dir=/etc/slurm
 install -d "$conf_dir" /var/spool/slurmctld /var/spool/slurmd /var/log/slurm
 conf=$(cat <<CONF
@@ -73,6 +75,11 @@ InactiveLimit=0
 KillWait=5
 MinJobAge=10
 Waittime=0
+# Small on purpose: the slurm backend's tests see an array larger than this split into several
+# (sites have 1001 and more). DefMemPerCPU: a job that passes no --mem takes this much per CPU,
+# not the whole node, so array tasks run side by side.
+MaxArraySize=$max_array
+DefMemPerCPU=$def_mem
 NodeName=$host CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN
 PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 CONF
