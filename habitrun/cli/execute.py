@@ -25,7 +25,7 @@ from habitrun.cli.summary import print_summary
 from habitrun.cli.text import esc
 from habitrun.engine.events import Event, RunStarted
 from habitrun.engine.runner import run_study
-from habitrun.errors import LostRecordsError, StoreWriteError
+from habitrun.errors import LostRecordsError, StoreWriteError, UsageError
 from habitrun.spec.loader import LoadedRecipe, load_recipe
 from habitrun.spec.opcheck import OperatorCheck
 from habitrun.store.runindex import note_run_elsewhere
@@ -36,6 +36,8 @@ RETRY_FAILED_HELP = "Rerun the subjects whose failure an earlier run recorded (p
 RERUN_HELP = "Rerun this subject even if it is stored as done (repeat for several; with --stage, only in that stage)."
 STAGE_HELP = "Run only this stage and the stages it needs."
 RECORD_NOOP_HELP = "Write a run folder even when nothing is left to run."
+DETACH_HELP = ("Backend slurm: submit the next stage's job arrays and return (the run ends 'detached'); "
+               "`habitrun status` follows them, `habitrun resume` merges their results and goes on.")
 ACCEPT_LOSS_HELP = ("Go on when records an earlier run committed are lost from the store and its journal cannot "
                     "restore them (their subjects run again).")
 
@@ -88,13 +90,16 @@ def retry_command(command: str, target: str, overrides: Sequence[str], selection
 
 def execute(console: Console, loaded: LoadedRecipe, *, quiet: bool, recipe_arg: str, retry: str,
             selection: Selection, resume: str, report: bool = False, accept_loss: bool = False,
-            **run_kwargs: Any) -> NoReturn:
+            detach: bool = False, **run_kwargs: Any) -> NoReturn:
     """Check the operators (in a child, while the manifest loads), run, print the summary, exit.
 
     ``resume`` is the command that continues the run, named when a full disk stops it.
     ``report`` (or ``policy.report``) writes the run's HTML report into its folder at the end.
     ``accept_loss``: go on when committed records are lost for good (engine/recovering.py).
+    ``detach``: submit to SLURM and return (refused unless a stage that runs uses backend slurm).
     """
+    if detach:
+        refuse_detach_without_slurm(loaded)
     home = home_elsewhere(loaded, run_kwargs.get("source_path"))  # run_dir given: listed in the study's own
     try:
         with OperatorCheck.start(loaded) as operators, RunDisplay(console, quiet=quiet) as display:
@@ -110,7 +115,7 @@ def execute(console: Console, loaded: LoadedRecipe, *, quiet: bool, recipe_arg: 
             summary = run_study(loaded, argv=sys.argv, observer=observe,
                                 preflight=operators.raise_problems, only_stage=selection.stage,
                                 record_noop=selection.record_noop, rerun=selection.rerun,
-                                accept_loss=accept_loss, **run_kwargs)
+                                accept_loss=accept_loss, detach=detach, **run_kwargs)
     except StoreWriteError as exc:  # a full disk: stopped; say how to go on from here
         raise exc.with_resume(resume) from None
     except LostRecordsError as exc:  # the same command, accepting the loss
@@ -123,6 +128,13 @@ def execute(console: Console, loaded: LoadedRecipe, *, quiet: bool, recipe_arg: 
 
         write_run_report(console, loaded, summary.run)
     raise typer.Exit(summary.exit_code)
+
+
+def refuse_detach_without_slurm(loaded: LoadedRecipe) -> None:
+    """--detach only means something where a stage runs as SLURM arrays: refused (exit 2) before running."""
+    if not any(loaded.stage_policy(stage.name).backend == "slurm" for stage in loaded.recipe.stages):
+        raise UsageError("--detach submits a stage's subjects as SLURM job arrays and returns, but no stage of this "
+                         "recipe uses backend 'slurm' (set policy.backend: slurm, or run without --detach)")
 
 
 def list_elsewhere(console: Console, home: Path, folder: Path) -> None:

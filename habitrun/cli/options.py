@@ -16,6 +16,7 @@ import typer
 
 from habitrun.cli.execute import (
     ACCEPT_LOSS_HELP,
+    DETACH_HELP,
     RECORD_NOOP_HELP,
     RERUN_HELP,
     RETRY_FAILED_HELP,
@@ -32,6 +33,7 @@ class Chosen:
     quiet: bool = False
     report: bool = False
     accept_loss: bool = False
+    detach: bool = False
 
 
 def _option(name: str, annotation: Any, option: Any) -> inspect.Parameter:
@@ -48,13 +50,15 @@ SHARED = (
     _option("report", bool, typer.Option(False, "--report",
                                          help="Write report.html into the run folder at the end (as policy.report).")),
     _option("accept_loss", bool, typer.Option(False, "--accept-loss", help=ACCEPT_LOSS_HELP)),
+    _option("detach", bool, typer.Option(False, "--detach", help=DETACH_HELP)),
 )
 
 
 def chosen_from(values: dict[str, Any]) -> Chosen:
     """The shared options' values (by parameter name) as one :class:`Chosen`."""
     selection = Selection(values["retry_failed"], tuple(values["rerun"] or ()), values["stage"], values["record_noop"])
-    return Chosen(selection, quiet=values["quiet"], report=values["report"], accept_loss=values["accept_loss"])
+    return Chosen(selection, quiet=values["quiet"], report=values["report"], accept_loss=values["accept_loss"],
+                  detach=values["detach"])
 
 
 def run_options(command: Callable[..., None]) -> Callable[..., None]:

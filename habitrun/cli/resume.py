@@ -95,7 +95,7 @@ def resume(
         console.print(f"no earlier run of {esc(recipe_path)} was recorded; starting one", highlight=False)
         loaded = load_selected(recipe_path, (), selection)
         execute(console, loaded, quiet=quiet, recipe_arg=recipe_arg, retry=retry, selection=selection,
-                resume=_resume_command(target), report=report, accept_loss=chosen.accept_loss)
+                resume=_resume_command(target), report=report, accept_loss=chosen.accept_loss, detach=chosen.detach)
     provenance = previous.read_provenance()
     overrides = tuple(provenance.get("overrides", []))
     stored = stored_recipe(previous, root) if not use_current else None
@@ -130,7 +130,7 @@ def resume(
     console.print(f"resuming run {esc(previous.run_id)} ({esc(previous.path)})", highlight=False)
     execute(console, loaded, quiet=quiet, recipe_arg=recipe_arg, retry=retry, selection=selection,
             resume=_resume_command(target), resumed_from=previous, source_path=recipe_path, report=report,
-            accept_loss=chosen.accept_loss)
+            accept_loss=chosen.accept_loss, detach=chosen.detach)
 
 
 def with_selection(loaded: LoadedRecipe, selection: Selection, *, stored: bool) -> LoadedRecipe:

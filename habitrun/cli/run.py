@@ -30,4 +30,4 @@ def run(
     execute(console, loaded, quiet=chosen.quiet, recipe_arg=str(recipe), selection=selection,
             retry=retry_command("run", str(recipe), overrides or (), selection),
             resume=f"habitrun resume {shlex.quote(str(recipe))}", report=chosen.report,
-            accept_loss=chosen.accept_loss)
+            accept_loss=chosen.accept_loss, detach=chosen.detach)

@@ -18,7 +18,7 @@ import os
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 from rich.console import Console
@@ -43,6 +43,9 @@ from habitrun.store.runs import DISK_FULL, UNWRITABLE, RunFolder
 from habitrun.store.trace import latest_by_key, stage_stats
 from habitrun.study.facade import Study
 from habitrun.study.which import About
+
+if TYPE_CHECKING:
+    from habitrun.study.slurm_arrays import ArraysView
 
 MAX_FAILURES_SHOWN = 20
 
@@ -71,7 +74,7 @@ def locate(target: Path, overrides: list[str] | None = None, run_id: str | None 
 NO_RUN = "no run used these values"
 RUNNER_DIED = "interrupted (the runner died)"
 STOPPED_BY_WRITES = (DISK_FULL, UNWRITABLE)
-UNFINISHED = ("interrupted", RUNNER_DIED, *STOPPED_BY_WRITES)  # `resume` continues these
+UNFINISHED = ("interrupted", "detached", RUNNER_DIED, *STOPPED_BY_WRITES)  # `resume` continues these
 
 
 def outcome_text(outcome: str, info: dict[str, Any]) -> str:
@@ -87,7 +90,9 @@ def outcome_text(outcome: str, info: dict[str, Any]) -> str:
 
 def unfinished_hint(outcome: str, target: Path) -> str:
     """What to do about a run that did not finish, ending with the command that continues it."""
-    if outcome == DISK_FULL:
+    if outcome == "detached":
+        first = "its SLURM arrays run on by themselves; merge what they wrote and go on:"
+    elif outcome == DISK_FULL:
         first = "free space there (or set run_dir / policy.checkpoint_dir to another disk), then"
     elif outcome == UNWRITABLE:
         first = "make that folder writable, then"
@@ -229,6 +234,7 @@ class Shown:
     run_failed: list[dict[str, Any]] | None = None  # the run's own failures, when the store holds none now
     cohort: Cohort | None = None  # who the run left out before it started, and why (its cohort.json)
     about: About | None = None  # which run and overrides this answers about (None: the run, as it was run)
+    slurm: ArraysView | None = None  # the study's SLURM batches not yet merged (backend slurm)
 
     @property
     def exit_code(self) -> int:
@@ -238,6 +244,8 @@ class Shown:
             return EXIT_FAILED_SUBJECTS if self.failed else EXIT_OK
         if self.busy is not None and is_run(self.busy):
             return EXIT_OK  # the last run is the one still starting
+        if self.outcome == "detached" and self.slurm is not None and self.slurm.live:
+            return EXIT_OK  # its arrays are running: the study is running
         return exit_code_for(self.outcome)
 
 
@@ -258,6 +266,10 @@ def gather(study: Study, *, verify: bool) -> Shown:
     if run is not None and outcome == "failed" and not shown.failed:
         shown.run_failed = run_failures(run, plan)
     shown.cohort = Cohort.read(run.path) if run is not None else None
+    if any(loaded.stage_policy(stage.name).backend == "slurm" for stage in loaded.recipe.stages):
+        from habitrun.study.slurm_arrays import arrays_view  # only for a study on SLURM
+
+        shown.slurm = arrays_view(loaded.run_root())
     return shown
 
 
@@ -359,6 +371,7 @@ def as_document(shown: Shown, target: Path) -> dict[str, Any]:
         "cohort": cohort_document(shown),
         "about": about.as_json(),
         "memory": run_memory(info),
+        **({"slurm": shown.slurm.as_dict()} if shown.slurm is not None else {}),
     }
 
 
@@ -386,6 +399,10 @@ def print_run(console: Console, shown: Shown, target: Path) -> None:
         later = "; it has not made its run folder yet" if is_run(shown.busy) else ""
         console.print(f"[bold]now:[/] {esc(in_progress_text(shown.busy))}{later}", highlight=False)
     print_counts(console, shown.plan, f"stages of {esc(shown.loaded.recipe.name)} now")
+    if shown.slurm is not None:
+        from habitrun.study.slurm_arrays import arrays_lines
+
+        console.print("\n".join(esc(line) for line in arrays_lines(shown.slurm)), highlight=False)
     if shown.stats:
         print_resources(console, shown.stats)
         slowest = []  # one print for every stage: rich's cost per print is a millisecond

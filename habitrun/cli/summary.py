@@ -120,7 +120,11 @@ def print_summary(console: Console, summary: RunSummary, *, recipe_arg: str, ret
         console.print(f"[red]refused:[/] {esc(refused.error)}", highlight=False)
     print_recorded(console, summary, recipe_arg, retry_command)
     console.print(f"run folder: {esc(summary.run.path)}", highlight=False)
-    if summary.outcome == "interrupted":
+    if summary.outcome == "detached":
+        console.print(f"[bold]detached[/]: the SLURM arrays run on; follow them with: habitrun status "
+                      f"{esc(shlex.quote(recipe_arg))}; merge and go on with: habitrun resume "
+                      f"{esc(shlex.quote(recipe_arg))}", highlight=False)
+    elif summary.outcome == "interrupted":
         (err or console).print(f"[yellow]stopped ({esc(summary.stop_reason)}); finished subjects are stored.[/] "
                       f"Continue with: habitrun resume {esc(shlex.quote(recipe_arg))}", highlight=False)
     elif summary.stop_reason and summary.stop_reason.startswith("fail_fast"):

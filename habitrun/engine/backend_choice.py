@@ -29,10 +29,11 @@ def worker_shape(policy: RunPolicy) -> dict[str, Any]:
     return {k: v for k, v in policy.model_dump().items() if k not in ENGINE_ONLY_FIELDS}
 
 
-def make_backend(policy: RunPolicy, workspace: Path | None = None) -> Backend:
+def make_backend(policy: RunPolicy, workspace: Path | None = None, *, detach: bool = False) -> Backend:
     """Build the backend the policy names (heavy ones imported only when asked for).
 
-    ``workspace`` is the study's ``.habitrun`` folder, where a batch-system cluster keeps its jobs' ledger.
+    ``workspace`` is the study's ``.habitrun`` folder, where a batch-system cluster keeps its jobs' ledger
+    (and the slurm backend its batch folders). ``detach``: the slurm backend submits and ends the run.
     """
     if policy.backend == "serial":
         from habitrun.engine.serial import SerialBackend
@@ -49,15 +50,16 @@ def make_backend(policy: RunPolicy, workspace: Path | None = None) -> Backend:
     if policy.backend == "slurm":
         from habitrun.engine.slurm.backend import SlurmBackend
 
-        return SlurmBackend.from_policy(policy, workspace)
+        return SlurmBackend.from_policy(policy, workspace, detach=detach)
     raise ValueError(f"unknown backend {policy.backend!r}")
 
 
 class BackendPool:
     """Holds the current backend and swaps it only when a stage needs different workers."""
 
-    def __init__(self, workspace: Path | None = None) -> None:
+    def __init__(self, workspace: Path | None = None, *, detach: bool = False) -> None:
         self.workspace = workspace
+        self.detach = detach  # a detached run: the slurm backend submits, then ends the run
         self.current: Backend | None = None
         self._shape: dict[str, Any] | None = None
         self.described: list[dict[str, Any]] = []
@@ -72,7 +74,7 @@ class BackendPool:
             changed = sorted(k for k in shape if self._shape is not None and shape[k] != self._shape.get(k))
             log.debug("backend: the %s backend closed: %s changed", self.current.name, ", ".join(changed))
         self.close()
-        self.current = make_backend(policy, self.workspace)
+        self.current = make_backend(policy, self.workspace, detach=self.detach)
         self._shape = shape
         log.debug("backend: %s with %d worker(s) (backend=%s, workers=%d, parallel_mode=%s, start_method=%s)",
                   self.current.name, self.current.effective_workers, policy.backend, policy.workers,

@@ -79,6 +79,8 @@ class Backend(abc.ABC):
     name: str = "abstract"
     scratch_dir: str | None = None  # where workers keep scratch files (the run folder); None: the temp dir
     forecast: Any = None  # the stage's peak-memory model (planner.memory_model), for a memory budget
+    wants_durations: bool = False  # set typical_sec before each stage (the slurm backend sizes its chunks by it)
+    typical_sec: float | None = None  # the stage's learned duration per subject (None: no history)
 
     @abc.abstractmethod
     def run_tasks(

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import os
 
+DETACHED = "detached"
+"""The stop reason of a detached run (``--detach``): its stage's SLURM arrays were submitted and left
+running; the run's outcome is 'detached' (exit 0) and ``habitrun resume`` comes back for them."""
+
 
 class StopFlag:
     """Set once to stop dispatching; ``hard`` means stop running subjects now."""

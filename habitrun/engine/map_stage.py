@@ -24,6 +24,7 @@ from habitrun.engine.run_context import RunContext
 from habitrun.engine.stage_inputs import StageInputs
 from habitrun.engine.stage_kind import OneResultKind, StageKind
 from habitrun.engine.write_failure import WriteFailure
+from habitrun.planner.duration_history import typical_duration
 from habitrun.planner.plan import StagePlan
 from habitrun.spec.policy import RunPolicy
 from habitrun.spec.recipe import StageSpec
@@ -129,6 +130,8 @@ def run_on_backend(ctx: RunContext, kind: StageKind, call: str, stage: StageSpec
         ctx.tally.warnings.append(warning)
         ctx.events.emit(RunWarning(message=warning))
     backend.forecast = forecast
+    if backend.wants_durations:  # the learned duration per subject (the slurm backend's chunk size)
+        backend.typical_sec = typical_duration(ctx.store, stage.name, plan.key_prefix)
     stop = ctx.stop
     rounds = RetryRounds(policy=policy, ledger=ledger, stop=stop, write_failure=ctx.write_failure,
                          run_path=str(ctx.run.path))

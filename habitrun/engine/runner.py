@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from habitrun.engine.backend_choice import BackendPool
-from habitrun.engine.control import StopFlag
+from habitrun.engine.control import DETACHED, StopFlag
 from habitrun.engine.debuglog import attach_run_folder, debug_run
 from habitrun.engine.environment_lock import stage_packages, write_lock
 from habitrun.engine.event_stream import EventStream, Observer
@@ -85,6 +85,7 @@ def run_study(
     record_noop: bool = False,
     rerun: Sequence[str] = (),
     accept_loss: bool = False,
+    detach: bool = False,
 ) -> RunSummary:
     """Run (or resume) a study to the end, or until stopped; never raises for a subject's failure.
 
@@ -99,6 +100,8 @@ def run_study(
     ``observer`` gets every event (engine/events.py) as it is written.
     ``accept_loss``: go on when records earlier runs committed are lost from the store and
     their journals cannot restore them (engine/recovering.py); else LostRecordsError (exit 2).
+    ``detach``: a stage on the slurm backend submits its arrays and the run ends there ('detached', exit 0);
+    ``habitrun resume`` merges what they wrote and goes on.
     """
     subjects = load_subjects(loaded)
     selected = stages_for(loaded, only_stage)
@@ -118,7 +121,8 @@ def run_study(
             recovery, restored = recover(store, loaded.run_root(), accept_loss=accept_loss)
             settled = recovery.journals
             runner = StudyRunner(loaded, subjects, store, stop, observer=observer, argv=list(argv),
-                                 resumed_from=resumed_from, source_path=source_path or loaded.path)
+                                 resumed_from=resumed_from, source_path=source_path or loaded.path,
+                                 detach=detach)
             if empty:
                 runner.warnings.append(empty)
             if store.damage is not None:
@@ -156,7 +160,7 @@ class StudyRunner:
 
     def __init__(self, loaded: LoadedRecipe, subjects: SubjectTable, store: CheckpointStore, stop: StopFlag,
                  *, observer: Observer | None, argv: list[str], resumed_from: RunFolder | None,
-                 source_path: Path) -> None:
+                 source_path: Path, detach: bool = False) -> None:
         self.source_path = source_path
         self.loaded = loaded
         self.recipe = loaded.recipe
@@ -166,7 +170,7 @@ class StudyRunner:
         self.argv = argv
         self.resumed_from = resumed_from
         self.run_root = loaded.run_root()
-        self.backends = BackendPool(self.run_root)
+        self.backends = BackendPool(self.run_root, detach=detach)
         self.write_failure = WriteFailure(stop)  # the first folder that refused a write
         self.events = EventStream(observer, self.write_failure)
         self.planner: StagePlanner
@@ -354,6 +358,9 @@ class StudyRunner:
             for stage in self.selected:
                 if self.stop.is_set():
                     break
+                if self.backends.detach and not kind_of(stage).on_backend:  # a train stage: at `resume`
+                    self.stop.set(DETACHED)
+                    break
                 self.stages.run(stage)
         except (WorkerStartError, OperatorBindError) as exc:  # run-level: recorded as the run's end, then reported (exit 2)
             error = exc
@@ -418,6 +425,8 @@ class StudyRunner:
                                              self.store.directory, kept=self.journal_kept())
 
     def outcome(self) -> tuple[str, int]:
+        if self.stop.reason == DETACHED:  # submitted to SLURM on purpose: `resume` comes back for it
+            return "detached", EXIT_OK
         if self.stop.is_set() and not (self.stop.reason or "").startswith("fail_fast"):
             return "interrupted", exit_code_for(self.stop.signum)
         if self.failures or any(c.skipped or c.failed or c.not_run for c in self.counts.values()):

@@ -90,7 +90,11 @@ def backends(request: pytest.FixtureRequest) -> Iterator[BackendFactory]:
     def factory(variant: Variant, *, own: bool = False, **overrides: Any) -> Backend:
         if variant.backend == "dask" and not overrides and not own:
             return request.getfixturevalue("shared_dask")
-        backend = make_backend(policy_for(variant, **overrides))
+        workspace = None
+        if variant.backend == "slurm":  # the real one-node SLURM; its batch folders in the test's own folder
+            request.getfixturevalue("slurm")
+            workspace = request.getfixturevalue("tmp_path") / "workspace"
+        backend = make_backend(policy_for(variant, **overrides), workspace)
         made.append(backend)
         return backend
 

@@ -62,6 +62,15 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("dask", {"backend": "dask", "workers": 2}, frozenset(BEHAVIOURS) - {"isolation"},
             marks=(pytest.mark.dask,
                    pytest.mark.skipif(_NO_DASK, reason="dask.distributed is not installed (habitrun[dask])"))),
+    # SLURM arrays on the one-node cluster of tests/cluster (the `slurm` fixture starts it): one session of
+    # one worker per array task, all of a test's subjects in one chunk. Left out: oom (the memory cap is the
+    # session's process backend's, whose backoff lives and ends inside one array task), reuse and isolation
+    # (each stage gets sessions of its own), and the engine-level rows (whole runs on SLURM: tests/slurm).
+    Variant("slurm", {"backend": "slurm", "workers": 1,
+                      "slurm": {"partition": "debug", "time": "00:10:00", "mem": "500M", "poll_sec": 0.2,
+                                "chunk_size": 20}},
+            frozenset({"success", "raise", "timeout", "death", "stop", "bind_error"}),
+            marks=(pytest.mark.slurm,)),
 )
 
 

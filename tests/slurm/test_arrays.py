@@ -1,0 +1,215 @@
+"""`backend: slurm` end to end on the real one-node SLURM: arrays, detach and resume, lost tasks.
+
+The cluster (tests/cluster/slurm_up.sh) has MaxArraySize 4 and 2 CPUs, so a
+stage of 8 chunks is submitted as two arrays and two tasks run at a time.
+Every operator call leaves a marker line (tests/engine/study.py), so "done
+exactly once" is counted, not assumed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from habitrun.planner.plan import GROUP_SUBJECT
+from tests.cluster.slurm import jobs
+from tests.engine.study import OPS_SOURCE, events, make_study, markers, run_cli
+from tests.engine.test_crash_safety import start_run, stored_results
+
+pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm")]
+
+NAMES = ("hr-square", "hr-plus_one", "hr-total", "hr-work")
+
+
+def ours() -> dict[str, str]:
+    """Jobs in squeue that these tests submitted (by their names)."""
+    out: dict[str, str] = {}
+    for name in NAMES:
+        out.update(jobs(name))
+    return out
+
+
+def wait_ours_gone(timeout: float = 30.0) -> dict[str, str]:
+    deadline = time.monotonic() + timeout
+    left = ours()
+    while left and time.monotonic() < deadline:
+        time.sleep(0.2)
+        left = ours()
+    return left
+
+
+@pytest.fixture(autouse=True)
+def no_jobs_left_for_the_next_test() -> Iterator[None]:
+    """Each test checks that its run left no job; after a failed one, cancel them for the next."""
+    yield
+    left = ours()
+    if left:
+        subprocess.run(["scancel", *left], timeout=30, check=False)
+        wait_ours_gone(30)
+
+
+def slurm_policy(**slurm: Any) -> dict[str, Any]:
+    return {"backend": "slurm", "workers": 1, "subject_timeout_sec": 60, "graceful_shutdown_sec": 2,
+            "auto_retry_rounds": 0,
+            "slurm": {"partition": "debug", "time": "00:10:00", "poll_sec": 0.3, "mem": "500M", **slurm}}
+
+
+def starts(folder: Path) -> dict[str, int]:
+    """stage-subject -> how many times its operator started."""
+    return {key: sum(1 for what, _, _ in entries if what == "start") for key, entries in markers(folder).items()}
+
+
+def ends(folder: Path) -> dict[str, int]:
+    return {key: sum(1 for what, _, _ in entries if what == "end") for key, entries in markers(folder).items()}
+
+
+def batches(folder: Path) -> list[dict[str, Any]]:
+    return [json.loads(p.read_text()) for p in sorted((folder / ".habitrun" / "slurm").glob("*/arrays.json"))]
+
+
+@pytest.mark.timeout(240)
+def test_200_subjects_two_map_stages_and_a_collect_each_done_once(tmp_path: Path) -> None:
+    n = 200
+    recipe = make_study(tmp_path / "study", subjects=n, policy=slurm_policy(chunk_size=25))
+    folder = recipe.parent
+    done = run_cli("run", str(recipe), "--quiet", timeout=220)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert set(starts(folder).values()) == {1}, "a subject ran more than once"
+    assert len(starts(folder)) == 2 * n and set(ends(folder).values()) == {1}
+    results = stored_results(recipe)
+    assert all(results[("plus_one", f"S{i:03d}")] == i * i + 1 for i in range(n))
+    total = [e for e in events(folder) if e.get("event") == "run_finished"][-1]
+    assert total["outcome"] == "success", total
+    # the collect's one result: the sum of every plus_one
+    assert results[("total", GROUP_SUBJECT)] == {"sum": sum(i * i + 1 for i in range(n)), "n": n}
+    # 8 chunks of 25 per map stage: two arrays each (MaxArraySize 4); the collect: one array of one task
+    sizes = {b["stage"]: (b["chunks"], len(b["parts"])) for b in batches(folder)}
+    assert sizes == {"square": (8, 2), "plus_one": (8, 2), "total": (1, 1)}, sizes
+    assert wait_ours_gone(15) == {}, "jobs left in squeue after the run ended"
+
+
+@pytest.mark.timeout(240)
+def test_detach_then_status_then_resume_finishes_the_study(tmp_path: Path) -> None:
+    n = 40
+    recipe = make_study(tmp_path / "study", subjects=n, policy=slurm_policy(chunk_size=10),
+                        square_params={"sleep": 0.05})
+    folder = recipe.parent
+    started = time.monotonic()
+    detached = run_cli("run", str(recipe), "--detach", timeout=120)
+    assert detached.returncode == 0, detached.stdout + detached.stderr
+    assert "detached" in detached.stdout and "habitrun resume" in detached.stdout, detached.stdout
+    assert ours(), "the detached run left no array in squeue"
+    # the runner is gone by design; status follows the arrays and exits 0 while they run
+    seen = run_cli("status", str(recipe), "--json", timeout=60)
+    document = json.loads(seen.stdout)
+    assert document["run"]["outcome"] == "detached", document["run"]
+    assert document["slurm"]["batches"][0]["stage"] == "square", document["slurm"]
+    live = document["slurm"]["live_tasks"]
+    assert seen.returncode == (0 if live else 1), (seen.returncode, live)
+    assert wait_ours_gone(120) == {}, "the detached arrays did not finish"
+    text = run_cli("status", str(recipe), timeout=60)
+    assert f"shards hold {n} done, 0 failed of {n}" in text.stdout, text.stdout
+    assert text.returncode == 1, "a detached run whose arrays ended is not finished: resume it"
+    assert "habitrun resume" in text.stdout
+    assert set(starts(folder)) == {f"square-S{i:03d}" for i in range(n)}
+    finished = run_cli("resume", str(recipe), "--quiet", timeout=150)
+    assert finished.returncode == 0, finished.stdout + finished.stderr
+    assert set(starts(folder).values()) == {1}, "resume ran again a subject a shard held"
+    assert len(starts(folder)) == 2 * n
+    results = stored_results(recipe)
+    assert all(results[("plus_one", f"S{i:03d}")] == i * i + 1 for i in range(n))
+    after = run_cli("status", str(recipe), "--json", timeout=60)
+    assert after.returncode == 0 and json.loads(after.stdout)["run"]["outcome"] == "success", after.stdout
+    assert "slurm" not in json.loads(after.stdout), "the merged batches are still listed"
+    assert time.monotonic() - started < 230
+
+
+def test_detach_without_a_slurm_stage_is_refused(tmp_path: Path) -> None:
+    recipe = make_study(tmp_path / "study", subjects=3)
+    refused = run_cli("run", str(recipe), "--detach", timeout=60)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "no stage of this recipe uses backend 'slurm'" in refused.stderr.replace("\n", " ")
+    assert "Traceback" not in refused.stderr
+    assert not (recipe.parent / ".habitrun" / "runs").exists() or not any((recipe.parent / ".habitrun" / "runs").iterdir())
+
+
+LOST_OPS = OPS_SOURCE + '''
+
+def work(subject, marker_dir, gate, held=3, sleep=0.05):
+    """Each chunk of 6 runs its first subjects, then holds its 4th until the gate file exists."""
+    _mark(marker_dir, "work", subject.id, "start")
+    if int(subject.fields["n"]) % 6 == held:
+        _wait_for_gate(gate)
+    time.sleep(sleep)
+    _mark(marker_dir, "work", subject.id, "end")
+    return int(subject.fields["n"])
+'''
+
+
+def lost_study(folder: Path, n: int) -> Path:
+    recipe = make_study(folder, subjects=n, policy=slurm_policy(chunk_size=6))
+    (folder / "ops.py").write_text(LOST_OPS)
+    data = json.loads(recipe.read_text())
+    data["stages"] = [{"name": "work", "operator": "ops:work",
+                       "params": {"marker_dir": str(folder / "markers"), "gate": str(folder / "gate")}}]
+    recipe.write_text(json.dumps(data, indent=2))
+    return recipe
+
+
+def wait_for(predicate: Any, timeout: float, what: str, proc: subprocess.Popen[str] | None = None) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"the run ended before {what}: {proc.stdout.read() if proc.stdout else ''}")
+        time.sleep(0.1)
+    raise AssertionError(f"not within {timeout}s: {what}")
+
+
+def held(folder: Path, sid: str) -> bool:
+    """The subject's operator started (and waits at the gate)."""
+    return starts(folder).get(f"work-{sid}", 0) >= 1
+
+
+@pytest.mark.timeout(240)
+def test_a_cancelled_a_requeued_and_a_warned_task_charge_nobody(tmp_path: Path) -> None:
+    n = 24  # 4 chunks of 6: one array of 4 tasks, two running at a time
+    recipe = lost_study(tmp_path / "study", n)
+    folder = recipe.parent
+    proc = start_run(recipe, "--quiet")
+    try:
+        wait_for(lambda: held(folder, "S003") and held(folder, "S009"), 120, "chunks 0 and 1 held", proc)
+        array = batches(folder)[0]["parts"][0]["job"]
+        subprocess.run(["scancel", f"{array}_0"], check=True, timeout=30)  # cancelled mid-chunk
+        subprocess.run(["scontrol", "requeue", f"{array}_1"], check=True, timeout=30)  # requeued mid-chunk
+        wait_for(lambda: held(folder, "S015"), 120, "chunk 2 held", proc)
+        time.sleep(0.5)
+        # SLURM's warning signal, as --signal=B:USR1@N sends it before the end or a pre-emption
+        subprocess.run(["scancel", "--batch", "--signal=USR1", f"{array}_2"], check=True, timeout=30)
+        time.sleep(1.0)
+        (folder / "gate").touch()
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, out
+    finals = [e for e in events(folder) if e.get("event") == "subject_failed"]
+    assert finals == [], finals
+    count = starts(folder)
+    assert set(ends(folder)) == {f"work-S{i:03d}" for i in range(n)} and set(ends(folder).values()) == {1}, ends(folder)
+    repeated = {k: v for k, v in count.items() if v > 1}
+    # at most the subject in flight is repeated per event: S003 (cancelled), S009 (requeued), S015 (warned)
+    assert set(repeated) <= {"work-S003", "work-S009", "work-S015"}, repeated
+    assert all(v == 2 for v in repeated.values()), repeated
+    results = stored_results(recipe)
+    assert {sid: value for (_stage, sid), value in results.items()} == {f"S{i:03d}": i for i in range(n)}
+    assert wait_ours_gone(30) == {}, "jobs left in squeue after the run ended"
