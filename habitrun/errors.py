@@ -114,6 +114,10 @@ class UsageError(HabitrunError):
     """A command was asked for something that is not there (an unknown stage or run; exit 2)."""
 
 
+class SlurmError(HabitrunError):
+    """A SLURM command failed or the cluster refused a job (exit 2)."""
+
+
 class MissingExtra(HabitrunError):
     """An optional dependency is not installed; the message names the extra to install (exit 2)."""
 

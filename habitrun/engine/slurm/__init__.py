@@ -1,0 +1,1 @@
+"""SLURM job arrays of warm worker sessions (backend: slurm)."""
