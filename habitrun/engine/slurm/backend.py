@@ -35,7 +35,7 @@ from habitrun.engine.slurm import commands
 from habitrun.engine.slurm.chunking import array_parts, chunk_size, split
 from habitrun.engine.slurm.shard import ShardFollower, ShardRecord
 from habitrun.engine.wire import outcome_from_wire
-from habitrun.errors import OperatorBindError, SlurmError
+from habitrun.errors import OperatorBindError, SlurmError, WorkerStartError
 from habitrun.spec.failures import FailureKind
 from habitrun.spec.policy import RunPolicy, SlurmSettings
 
@@ -91,6 +91,7 @@ class SlurmBackend(Backend):
         self.jobs = 0  # array tasks submitted
         self._live: dict[tuple[str, int], str] = {}
         self._running: dict[str, RunningSubject] = {}
+        self._unstarted: dict[str, int] = {}  # key -> array tasks of its that ended before their session began
         self._consumed: dict[Path, bool] = {}  # batch -> every outcome it holds was reported
         self._closed = False
         reason = commands.why_unavailable()
@@ -118,6 +119,12 @@ class SlurmBackend(Backend):
 
     # ------------------------------------------------------------------ one stage
     def run_tasks(self, op: OperatorRef, tasks: Sequence[SubjectTask], report: ReportFn, stop: StopFlag) -> None:
+        try:
+            self._run(op, tasks, report, stop)
+        except SlurmError as exc:  # the cluster refused or lost the means to run anything: the run's error
+            raise WorkerStartError(f"stage {op.stage!r} on backend slurm: {exc.message}") from None
+
+    def _run(self, op: OperatorRef, tasks: Sequence[SubjectTask], report: ReportFn, stop: StopFlag) -> None:
         wanted = {t.key: t for t in tasks}
         self._close_consumed()
         if self.scratch_dir:
@@ -229,6 +236,11 @@ class SlurmBackend(Backend):
         left = [k for k in chunk.keys if k in wanted]
         if not left:
             return []
+        if not chunk.sessions:  # its session never began: the job could not start habitrun there
+            for key in left:
+                self._unstarted[key] = self._unstarted.get(key, 0) + 1
+            if any(self._unstarted[key] >= 2 for key in left):
+                raise SlurmError(never_started(chunk))
         for session in chunk.sessions.values():
             if session.end is None:  # died without a word (SIGKILL, node failure): its running subjects count
                 for key in session.started:
@@ -379,6 +391,20 @@ class SlurmBackend(Backend):
                         commands.cancel(sorted({job for job, _ in still}))
                 except SlurmError as exc:
                     log.debug("closing: %s", exc)
+
+
+def never_started(chunk: ChunkState) -> str:
+    """Why a chunk's array task ran nothing, twice: its output file's last lines (python missing, a setup
+    line failing, habitrun not installed on the nodes...)."""
+    job, index = chunk.task_id if chunk.task_id is not None else ("?", 0)
+    out = chunk.batch / "out" / f"slurm-{job}_{index}.out"
+    try:
+        tail = [line for line in out.read_text(errors="replace").splitlines() if line.strip()][-5:]
+    except OSError:
+        tail = []
+    said = ("; it printed: " + " | ".join(tail)) if tail else f"; it left no output ({out})"
+    return (f"array task {job}_{index} ended twice before its habitrun session began (check slurm.python "
+            f"and slurm.setup: the nodes must run habitrun from the same study folder){said}")
 
 
 # ---------------------------------------------------------------------- batch folders on disk

@@ -192,12 +192,16 @@ def live_tasks(array_ids: Sequence[str]) -> dict[tuple[str, int], str]:
     return parse_squeue(done.stdout, ids)
 
 
-def cancel(ids: Sequence[str]) -> None:
-    """Cancel these jobs or arrays (``scancel``); one that already ended is no error."""
+def cancel(ids: Sequence[str], *, signal: str | None = None, batch: bool = False) -> None:
+    """Cancel these jobs or arrays (``scancel``); one that already ended is no error.
+
+    ``signal`` (e.g. "INT"): send it instead of cancelling; ``batch``: only to the batch shell (the
+    habitrun session of an array task), not to every process of the job."""
     ids = [str(i) for i in dict.fromkeys(ids)]
     if not ids:
         return
-    done = _run(["scancel", *ids], ok_codes=(0, 1))
+    options = ([f"--signal={signal}"] if signal else []) + (["--batch"] if batch else [])
+    done = _run(["scancel", *options, *ids], ok_codes=(0, 1))
     if done.returncode != 0:
         errors = [line for line in (done.stderr or "").splitlines() if "error" in line.lower()]
         if errors and all(_GONE in line.lower() or "already" in line.lower() for line in errors):
