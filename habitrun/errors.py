@@ -124,3 +124,11 @@ class MissingExtra(HabitrunError):
 
 class UnsupportedSystemError(HabitrunError):
     """The system lacks what habitrun needs to stay safe (pidfds: Linux 5.3+); exit 2, before starting."""
+
+
+class SlurmError(HabitrunError):
+    """SLURM refused or failed a request (sbatch, squeue, scancel, scontrol), or is not there (exit 2)."""
+
+
+class BatchError(SlurmError):
+    """A batch folder of SLURM array tasks (its spec, a chunk) is missing or unreadable (exit 2)."""
