@@ -152,6 +152,12 @@ class Session:
             select.select([self.stop.fileno()], [], [], remaining)
         self.flush_held(all_due=True)
 
+    def _stopped_within(self, sec: float) -> bool:
+        """Is a stop signal here, or does one come within ``sec``?"""
+        if not self.stop.is_set():
+            select.select([self.stop.fileno()], [], [], sec)
+        return self.stop.is_set()
+
     # -- the run -----------------------------------------------------------------------------------
     def info(self) -> dict[str, object]:
         env = os.environ
@@ -180,12 +186,14 @@ class Session:
                 backend.run_tasks(self.spec.op, self.todo, self.report, self.stop)
             if not self.stop.is_set():
                 self._wait_out_holds()
-        except HabitrunError as exc:
-            reason, code = f"error: {exc.message.splitlines()[0] if exc.message else type(exc).__name__}", \
-                exc.exit_code
+        except HabitrunError as exc:  # no worker could start, the operator cannot be built: the stage's error
+            if not self._stopped_within(HOLD_DEATH_SEC):  # ... unless a TERM killing the workers caused it
+                reason, code = f"error: {exc.message.splitlines()[0] if exc.message else type(exc).__name__}", \
+                    exc.exit_code
         except Exception as exc:  # noqa: BLE001 - said in the shard (the runner stops on it) and on stderr
-            reason, code = f"error: {one_line(exc)}", 2
-            traceback.print_exc()
+            if not self._stopped_within(HOLD_DEATH_SEC):
+                reason, code = f"error: {one_line(exc)}", 2
+                traceback.print_exc()
         finally:
             self._finished.set()
             if watcher is not None:
