@@ -24,7 +24,6 @@ from habitrun.engine.slurm.session import main
 from habitrun.engine.slurm.shard import ShardRecord, read_chunk_records
 from habitrun.spec.policy import RunPolicy
 from tests.backends.conftest import OPS_DIR, OPS_MODULE
-from tests.backends.ops import __file__ as _ops_init  # noqa: F401 - the ops folder is a package of the tests
 
 BASE = {"backend": "slurm", "workers": 1, "subject_timeout_sec": 60, "subject_spawn_timeout_sec": 60,
         "graceful_shutdown_sec": 10, "persistent_worker_max_consecutive_failures": 100}

@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import threading
-from pathlib import Path
 
 from habitrun.engine.contract import FailureKind, SubjectOutcome, SubjectTask
 from habitrun.engine.slurm.shard import (
