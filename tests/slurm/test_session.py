@@ -108,7 +108,7 @@ def test_outcomes_are_charged_as_on_the_process_backend_and_a_second_incarnation
 
 
 def test_the_warning_signal_stops_taking_subjects_ends_warned_and_requeues_the_task(tmp_path):
-    batch = make_batch(tmp_path, *[{"do": "sleep", "sec": 0.5}] * 6, start_method="fork")
+    batch = make_batch(tmp_path, *[{"do": "sleep", "sec": 0.5}] * 8, workers=2, start_method="fork")
     bin_dir = tmp_path / "bin"  # the edge of the world: SLURM's scontrol, recording what it was asked
     bin_dir.mkdir()
     (bin_dir / "scontrol").write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path / 'scontrol.log'}\n")
@@ -120,7 +120,7 @@ def test_the_warning_signal_stops_taking_subjects_ends_warned_and_requeues_the_t
     first = read_chunk_records(batch, 0)
     assert first[0].incarnation == f"4242-0-{proc.pid}" and first[-1].reason == "warned"
     got = outcomes(first)
-    assert {"key-S0", "key-S1"} <= set(got) and len(got) < 6, sorted(got)
+    assert {"key-S0", "key-S1"} <= set(got) and len(got) < 8, sorted(got)
     assert all(wire[0] for wire in got.values()), got  # the running one finished; no subject was charged
     assert (tmp_path / "scontrol.log").read_text() == "requeue 4242\n"
 
@@ -128,8 +128,8 @@ def test_the_warning_signal_stops_taking_subjects_ends_warned_and_requeues_the_t
     assert finish(requeued) == (0, "")
     records = read_chunk_records(batch, 0)
     assert records[-1].incarnation == f"4242-1-{requeued.pid}" and records[-1].reason == "done"
-    assert sorted(outcomes(records)) == [f"key-S{i}" for i in range(6)]
-    assert runs(tmp_path) == {f"S{i}": 1 for i in range(6)}
+    assert sorted(outcomes(records)) == [f"key-S{i}" for i in range(8)]
+    assert runs(tmp_path) == {f"S{i}": 1 for i in range(8)}
     assert (tmp_path / "scontrol.log").read_text() == "requeue 4242\n"  # done: no requeue
 
 
@@ -145,7 +145,7 @@ def test_term_stops_at_once_and_the_deaths_it_caused_are_nobodys_failure(tmp_pat
     session = psutil.Process(proc.pid)
     for child in session.children(recursive=True):
         child.send_signal(signal.SIGTERM)
-    time.sleep(0.3)
+    time.sleep(0.15)
     proc.send_signal(signal.SIGTERM)
     t0 = time.monotonic()
     assert finish(proc) == (0, "")
