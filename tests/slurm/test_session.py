@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from habitrun.engine.contract import FailureKind, OperatorRef, SubjectTask
-from habitrun.engine.slurm.batch import write_batch, write_job_script
+from habitrun.engine.slurm.batch import read_chunk, read_spec, write_batch, write_job_script
 from habitrun.engine.slurm.session import main
 from habitrun.engine.slurm.shard import ShardRecord, read_chunk_records
 from habitrun.spec.policy import RunPolicy
@@ -180,14 +180,19 @@ def test_an_unreadable_batch_exits_2_with_one_line(tmp_path):
     (["B", "x"], {}, "whole numbers"),
     (["B", "0"], {"SLURM_ARRAY_TASK_ID": "3"}, "chunk 3 is not in batch"),
     (["B", "0"], {"DAMAGE": "chunk"}, "damaged or not habitrun's"),
+    (["B", "0"], {"DAMAGE": "policy"}, "policy is not valid here (another habitrun version?): workers: Input should"),
 ])
 def test_what_a_session_cannot_use_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys, argv, env, said):
     batch = make_batch(tmp_path, {"do": "ok"})
     monkeypatch.setenv("HABITRUN_SLURM_CHUNK", "0")
     monkeypatch.delenv("SLURM_ARRAY_TASK_ID", raising=False)
     for name, value in env.items():
-        if name == "DAMAGE":
+        if name == "DAMAGE" and value == "chunk":
             (batch / "chunk-00000.pkl").write_bytes(b"\x80\x05garbage")
+        elif name == "DAMAGE":
+            spec = read_spec(batch)
+            write_batch(batch, stage="s", op=spec.op, policy={**spec.policy, "workers": 0}, scratch_dir=None,
+                        chunks=[read_chunk(batch, 0)])
         elif value is None:
             monkeypatch.delenv(name)
         else:

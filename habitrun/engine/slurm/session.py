@@ -35,12 +35,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 
+from pydantic import ValidationError
+
 from habitrun.engine.contract import Backend, FailureKind, SubjectOutcome, SubjectTask
 from habitrun.engine.control import StopFlag
 from habitrun.engine.invoke import one_line
 from habitrun.engine.slurm.batch import BatchSpec, read_chunk, read_spec
 from habitrun.engine.slurm.shard import ShardWriter, read_chunk_records
 from habitrun.errors import BatchError, HabitrunError
+from habitrun.spec.policy import RunPolicy
 
 HOLD_DEATH_SEC = 1.0  # a worker_died waits this long for a TERM that would explain it
 START_POLL_SEC = 0.2  # how often running subjects are looked at for start records
@@ -61,6 +64,17 @@ def chunk_index(offset: str, env: Mapping[str, str]) -> int:
         raise BatchError(f"chunk offset {offset!r} and task index {task!r} must be whole numbers") from None
 
 
+def process_policy(spec: BatchSpec) -> RunPolicy:
+    """The stage's policy as this task's local process backend runs it; BatchError if it is not one."""
+    try:
+        return RunPolicy.from_dict({**spec.policy, "backend": "process", "slurm": None})
+    except ValidationError as exc:
+        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": str(exc)}
+        where = ".".join(str(part) for part in first["loc"])
+        raise BatchError(f"the batch's policy is not valid here (another habitrun version?): "
+                         f"{where + ': ' if where else ''}{first['msg']}") from None
+
+
 def incarnation_name(env: Mapping[str, str]) -> str:
     """``JOBID-RESTARTS-PID``: a requeued task writes a new shard, never after a killed one's torn tail."""
     return f"{env.get('SLURM_JOB_ID') or 'local'}-{env.get('SLURM_RESTART_COUNT') or 0}-{os.getpid()}"
@@ -71,6 +85,7 @@ class Session:
 
     def __init__(self, batch: Path, chunk: int, spec: BatchSpec, tasks: list[SubjectTask]) -> None:
         self.batch, self.chunk, self.spec = batch, chunk, spec
+        self.policy = process_policy(spec)
         done = {r.key for r in read_chunk_records(batch, chunk) if r.kind == "outcome"}
         self.todo = [task for task in tasks if task.key not in done]
         self.skipped = len(tasks) - len(self.todo)
@@ -169,15 +184,13 @@ class Session:
     def run(self) -> tuple[str, int]:
         """Run the chunk; the end reason written and the exit code."""
         from habitrun.engine.process import ProcessBackend
-        from habitrun.spec.policy import RunPolicy
 
         self.writer.begin(self.info())
         backend = None
         watcher = None
         reason, code = "done", 0
         try:
-            policy = RunPolicy.from_dict({**self.spec.policy, "backend": "process", "slurm": None})
-            backend = ProcessBackend.from_policy(policy)
+            backend = ProcessBackend.from_policy(self.policy)
             backend.scratch_dir = self.spec.scratch_dir
             watcher = threading.Thread(target=self._watch, args=(backend,), name="habitrun-shard-starts",
                                        daemon=True)
