@@ -203,3 +203,32 @@ def test_what_a_session_cannot_use_is_one_line_and_exit_2(tmp_path, monkeypatch,
     assert err.count("\n") == 1 and said in err, err
     assert {sig: signal.getsignal(sig) for sig in handlers} == handlers
     assert not (batch / "shards").exists() or not list((batch / "shards").iterdir())
+
+
+def test_a_warned_session_abandons_a_subject_past_the_grace_without_charging_it(tmp_path):
+    batch = make_batch(tmp_path, {"do": "sleep", "sec": 60}, {"do": "ok"}, graceful_shutdown_sec=0.5,
+                       start_method="fork")
+    proc = start(batch)  # not under SLURM: nothing to requeue
+    wait_started(batch, "key-S0")
+    proc.send_signal(signal.SIGUSR1)
+    t0 = time.monotonic()
+    assert finish(proc) == (0, "")
+    assert time.monotonic() - t0 < 15
+    records = read_chunk_records(batch, 0)
+    assert records[-1].reason == "warned" and outcomes(records) == {}
+    assert runs(tmp_path) == {"S0": 1}
+
+
+def test_a_death_held_when_the_warning_comes_is_not_written_after_it(tmp_path):
+    # a worker dies; the warning comes within the hold; the other subject runs on past the hold
+    batch = make_batch(tmp_path, {"do": "sleep", "sec": 2.5}, {"do": "sigkill"}, workers=2, start_method="fork")
+    proc = start(batch)
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "markers" / "S1.log").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.1)
+    proc.send_signal(signal.SIGUSR1)
+    assert finish(proc) == (0, "")
+    records = read_chunk_records(batch, 0)
+    assert records[-1].reason == "warned"
+    assert list(outcomes(records)) == ["key-S0"], outcomes(records)
