@@ -232,3 +232,15 @@ def test_a_death_held_when_the_warning_comes_is_not_written_after_it(tmp_path):
     records = read_chunk_records(batch, 0)
     assert records[-1].reason == "warned"
     assert list(outcomes(records)) == ["key-S0"], outcomes(records)
+
+
+def test_an_operator_that_cannot_be_built_ends_the_session_with_its_error(tmp_path):
+    batch = make_batch(tmp_path, {"do": "ok"}, {"do": "ok"}, start_method="fork")
+    spec = read_spec(batch)
+    op = OperatorRef(stage="s", path=f"{OPS_MODULE}:Unbuildable", search_path=spec.op.search_path)
+    write_batch(batch, stage="s", op=op, policy=spec.policy, scratch_dir=None, chunks=[read_chunk(batch, 0)])
+    code, err = finish(start(batch))
+    assert code == 2 and err.count("\n") == 1 and "cannot construct its operator" in err, err
+    records = read_chunk_records(batch, 0)
+    assert records[-1].kind == "end" and records[-1].reason.startswith("error: stage 's': cannot construct")
+    assert outcomes(records) == {}
