@@ -30,7 +30,7 @@ def _tasks(*ids: str) -> list[SubjectTask]:
 
 
 def _policy(**slurm: object) -> dict:
-    return RunPolicy(backend="slurm", workers=2, slurm=slurm or None).to_dict()
+    return RunPolicy.from_dict({"backend": "slurm", "workers": 2, "slurm": slurm or None}).to_dict()
 
 
 def test_a_batch_reads_back_as_written(tmp_path):
