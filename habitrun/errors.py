@@ -114,10 +114,6 @@ class UsageError(HabitrunError):
     """A command was asked for something that is not there (an unknown stage or run; exit 2)."""
 
 
-class SlurmError(HabitrunError):
-    """A SLURM command failed or the cluster refused a job (exit 2)."""
-
-
 class MissingExtra(HabitrunError):
     """An optional dependency is not installed; the message names the extra to install (exit 2)."""
 
@@ -128,3 +124,11 @@ class MissingExtra(HabitrunError):
 
 class UnsupportedSystemError(HabitrunError):
     """The system lacks what habitrun needs to stay safe (pidfds: Linux 5.3+); exit 2, before starting."""
+
+
+class SlurmError(HabitrunError):
+    """SLURM refused or failed a request (sbatch, squeue, scancel, scontrol), or is not there (exit 2)."""
+
+
+class BatchError(SlurmError):
+    """A batch folder of SLURM array tasks (its spec, a chunk) is missing or unreadable (exit 2)."""

@@ -153,7 +153,7 @@ class DaskSettings(BaseModel):
 
 
 SLURM_OWN_OPTIONS = ("--array", "--output", "--error", "--parsable", "--signal", "--requeue", "--no-requeue",
-                      "--wrap", "--chdir", "--export")
+                      "--wrap", "--chdir", "--export", "--open-mode")
 """sbatch options habitrun sets itself for an array of worker sessions; ``slurm.extra`` may not give them."""
 
 _SLURM_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")

@@ -28,12 +28,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from habitrun.engine.contract import Backend, OperatorRef, ReportFn, RunningSubject, SubjectOutcome, SubjectTask
+from habitrun.engine.contract import (
+    Backend,
+    OperatorRef,
+    ReportFn,
+    RunningSubject,
+    SubjectOutcome,
+    SubjectTask,
+)
 from habitrun.engine.control import DETACHED, StopFlag
 from habitrun.engine.slurm import batch as batches
 from habitrun.engine.slurm import commands
 from habitrun.engine.slurm.chunking import array_parts, chunk_size, split
-from habitrun.engine.slurm.shard import ShardFollower, ShardRecord
+from habitrun.engine.slurm.shard import ShardFollower, ShardRecord, outcome_wire_of
 from habitrun.engine.wire import outcome_from_wire
 from habitrun.errors import OperatorBindError, SlurmError, WorkerStartError
 from habitrun.spec.failures import FailureKind
@@ -211,7 +218,7 @@ class SlurmBackend(Backend):
             self._running.pop(record.key, None)
             task = wanted.pop(record.key, None)
             if task is not None:
-                outcomes.append(outcome_from_wire(record.data, task))
+                outcomes.append(outcome_from_wire(outcome_wire_of(record), task))
         elif record.kind == "start" and record.key is not None:
             pid, started = record.data
             if session is not None:
@@ -226,8 +233,8 @@ class SlurmBackend(Backend):
                 for key in session.started:
                     if key not in session.finished:
                         self._running.pop(key, None)
-            if reason.startswith("error:"):  # the session could not run the stage at all (its operator)
-                raise OperatorBindError.for_stage(op.stage, op.path, reason[len("error:"):].strip())
+            if reason.startswith("error:"):  # the session could not run the stage at all
+                raise session_error(op, reason[len("error:"):].strip())
 
     def _settle(self, chunk: ChunkState, wanted: dict[str, SubjectTask], deaths: dict[str, int],
                 report: ReportFn) -> list[SubjectTask]:
@@ -391,6 +398,17 @@ class SlurmBackend(Backend):
                         commands.cancel(sorted({job for job, _ in still}))
                 except SlurmError as exc:
                     log.debug("closing: %s", exc)
+
+
+def session_error(op: OperatorRef, said: str) -> OperatorBindError | WorkerStartError:
+    """The run-level error a session ended on (``<class>: <message>``): an operator that cannot be built is
+    the same OperatorBindError as on the process backend; anything else, a WorkerStartError."""
+    name, _, message = said.partition(": ")
+    if name == "OperatorBindError":
+        return OperatorBindError(message)
+    if name == "WorkerStartError":
+        return WorkerStartError(message)
+    return WorkerStartError(f"stage {op.stage!r}: its SLURM session could not run: {said}")
 
 
 def never_started(chunk: ChunkState) -> str:

@@ -79,7 +79,9 @@ def sbatch_argv(settings: SlurmSettings, *, workers: int, worker_threads: int, j
     if settings.max_running is not None and "%" not in array:
         array = f"{array}%{settings.max_running}"
     cpus = settings.cpus_per_task or max(1, workers) * max(1, worker_threads)
+    # --open-mode=append: a requeued task's output follows its first run's (SLURM truncates it otherwise)
     argv = ["sbatch", "--parsable", f"--job-name={job_name}", f"--array={array}", f"--output={output}",
+            "--open-mode=append",
             f"--signal=B:USR1@{settings.signal_sec}", "--requeue" if settings.requeue else "--no-requeue",
             f"--cpus-per-task={cpus}"]
     for option, value in (("--partition", settings.partition), ("--time", settings.time),
