@@ -136,16 +136,19 @@ class SlurmBackend(Backend):
         self._close_consumed()
         if self.scratch_dir:
             self.run_id = Path(self.scratch_dir).parent.name  # the run folder's name
-        chunks = self._adopt(op.stage, wanted, report)
+        looked: list[Path] = []
+        chunks = self._adopt(op.stage, wanted, report, looked)
         waited = {k for c in chunks if not c.resolved for k in c.keys}
         left = [t for t in tasks if t.key in wanted and t.key not in waited]
         if left and not stop.is_set():
             chunks += self._submit(op, left)
-        self._wait(op, chunks, wanted, report, stop)
+        if self._wait(op, chunks, wanted, report, stop):
+            for folder in looked:  # every outcome they held for this stage was reported
+                self._consumed.setdefault(folder, True)
 
     def _wait(self, op: OperatorRef, chunks: list[ChunkState], wanted: dict[str, SubjectTask], report: ReportFn,
-              stop: StopFlag) -> None:
-        """Follow the shards and the queue until every wanted subject is reported, or the stop."""
+              stop: StopFlag) -> bool:
+        """Follow the shards and the queue until every wanted subject is reported (True), or the stop."""
         followers = {c.batch: ShardFollower(c.batch) for c in chunks}
         by_chunk = {(c.batch, c.index): c for c in chunks}
         deaths: dict[str, int] = {}
@@ -157,10 +160,10 @@ class SlurmBackend(Backend):
             if stop.is_set():
                 if stop.reason != DETACHED:
                     self._stopped(stop, chunks, followers, by_chunk, wanted, report, op)
-                return
+                return False
             if self.detach:
                 self._detached(stop, chunks)
-                return
+                return False
             try:
                 self._live = commands.live_tasks(sorted({c.task_id[0] for c in chunks
                                                          if c.task_id is not None and not c.resolved}))
@@ -188,6 +191,7 @@ class SlurmBackend(Backend):
             self._pause(stop)
         for chunk in chunks:
             self._consumed.setdefault(chunk.batch, True)
+        return True
 
     def _pause(self, stop: StopFlag) -> None:
         """Wait one poll interval, waking at once on a stop."""
@@ -310,7 +314,8 @@ class SlurmBackend(Backend):
             stop.set(DETACHED)
 
     # ------------------------------------------------------------------ earlier batches
-    def _adopt(self, stage: str, wanted: dict[str, SubjectTask], report: ReportFn) -> list[ChunkState]:
+    def _adopt(self, stage: str, wanted: dict[str, SubjectTask], report: ReportFn,
+               looked: list[Path]) -> list[ChunkState]:
         """Outcomes earlier batches of this stage hold for wanted subjects, and their array tasks still alive."""
         found: list[ChunkState] = []
         for folder in open_batches(self.root, stage):
@@ -321,6 +326,7 @@ class SlurmBackend(Backend):
                       for i in range(int(arrays["chunks"]))]
             if not any(k in wanted for c in chunks for k in c.keys):
                 continue
+            looked.append(folder)
             by_chunk = {(folder, c.index): c for c in chunks}
             outcomes: list[SubjectOutcome] = []
             op = OperatorRef(stage=stage, path="")
