@@ -174,6 +174,17 @@ def wait_for(predicate: Any, timeout: float, what: str, proc: subprocess.Popen[s
     raise AssertionError(f"not within {timeout}s: {what}")
 
 
+def hurry_requeued(name: str) -> int:
+    """Start now the array tasks SLURM requeued: it holds them back (reason BeginTime) for about two
+    minutes after a requeue, a cluster's own pace that this test need not wait for; how many."""
+    out = subprocess.run(["squeue", "-h", "-r", f"--name={name}", "-o", "%i %T %r"], capture_output=True,
+                         text=True, timeout=30).stdout
+    held_back = [line.split()[0] for line in out.splitlines() if line.split()[1:] == ["PENDING", "BeginTime"]]
+    for task in held_back:
+        subprocess.run(["scontrol", "update", f"JobId={task}", "StartTime=now"], capture_output=True, timeout=30)
+    return len(held_back)
+
+
 def held(folder: Path, sid: str) -> bool:
     """The subject's operator started (and waits at the gate)."""
     return starts(folder).get(f"work-{sid}", 0) >= 1
@@ -196,12 +207,18 @@ def test_a_cancelled_a_requeued_and_a_warned_task_charge_nobody(tmp_path: Path) 
         subprocess.run(["scancel", "--batch", "--signal=USR1", f"{array}_2"], check=True, timeout=30)
         time.sleep(1.0)
         (folder / "gate").touch()
-        out, err = proc.communicate(timeout=180)
+        hurried = 0
+        deadline = time.monotonic() + 180
+        while proc.poll() is None and time.monotonic() < deadline:
+            hurried += hurry_requeued("hr-work")
+            time.sleep(0.5)
+        out, err = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
     assert proc.returncode == 0, out
+    assert hurried >= 1, "no task was requeued (scontrol requeue, and the warned session's own)"
     finals = [e for e in events(folder) if e.get("event") == "subject_failed"]
     assert finals == [], finals
     count = starts(folder)

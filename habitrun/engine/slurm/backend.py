@@ -288,9 +288,13 @@ class SlurmBackend(Backend):
             return
         if not stop.hard:
             try:
-                commands.cancel(ids, signal="INT", batch=True)
+                live = commands.live_tasks(ids)
+                pending = [f"{job}_{index}" for (job, index), state in live.items() if state == "PENDING"]
+                running = [f"{job}_{index}" for (job, index), state in live.items() if state != "PENDING"]
+                commands.cancel(pending)  # they ran nothing: gone at once
+                commands.cancel(running, signal="INT", batch=True)  # their sessions end after their subjects
             except SlurmError as exc:
-                log.debug("scancel --signal=INT %s failed: %s", " ".join(ids), exc)
+                log.debug("stopping the arrays %s: %s", " ".join(ids), exc)
             deadline = time.monotonic() + self.policy.graceful_shutdown_sec + 5.0
             while wanted and not stop.hard and time.monotonic() < deadline:
                 self._read(followers, by_chunk, wanted, report, op)
