@@ -9,6 +9,7 @@ exactly once" is counted, not assumed.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -230,3 +231,34 @@ def test_a_cancelled_a_requeued_and_a_warned_task_charge_nobody(tmp_path: Path) 
     results = stored_results(recipe)
     assert {sid: value for (_stage, sid), value in results.items()} == {f"S{i:03d}": i for i in range(n)}
     assert wait_ours_gone(30) == {}, "jobs left in squeue after the run ended"
+
+
+@pytest.mark.timeout(180)
+def test_ctrl_c_of_an_attached_run_cancels_its_arrays_and_resume_finishes(tmp_path: Path) -> None:
+    recipe = lost_study(tmp_path / "study", 18)  # 3 chunks: two held at their 4th subject, one pending
+    folder = recipe.parent
+    proc = start_run(recipe)
+    try:
+        wait_for(lambda: held(folder, "S003") and held(folder, "S009"), 120, "chunks 0 and 1 held", proc)
+        assert len(ours()) == 3, ours()
+        time.sleep(0.5)
+        stopped_at = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+        took = time.monotonic() - stopped_at
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, out
+    assert "habitrun resume" in out, out
+    assert took < 2 + 5 + 10, f"the stop took {took:.1f} s (grace 2 s)"
+    assert wait_ours_gone(10) == {}, "Ctrl-C left the run's array tasks in squeue"
+    assert "work-S012" not in starts(folder), "the pending chunk ran after the stop"
+    (folder / "gate").touch()
+    finished = run_cli("resume", str(recipe), "--quiet", timeout=150)
+    assert finished.returncode == 0, finished.stdout + finished.stderr
+    assert set(ends(folder)) == {f"work-S{i:03d}" for i in range(18)} and set(ends(folder).values()) == {1}
+    repeated = {k: v for k, v in starts(folder).items() if v > 1}
+    assert set(repeated) <= {"work-S003", "work-S009"} and set(repeated.values()) <= {2}, repeated
+    assert [e for e in events(folder) if e.get("event") == "subject_failed"] == []

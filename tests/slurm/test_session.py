@@ -244,3 +244,19 @@ def test_an_operator_that_cannot_be_built_ends_the_session_with_its_error(tmp_pa
     records = read_chunk_records(batch, 0)
     assert records[-1].kind == "end" and records[-1].reason.startswith("error: OperatorBindError: stage 's': cannot construct")
     assert outcomes(records) == {}
+
+
+def test_a_task_slurm_gave_gpus_pins_one_to_each_worker(tmp_path):
+    # no GPU here: SLURM's part is its environment (SLURM_JOB_GPUS, CUDA_VISIBLE_DEVICES), which is all
+    # the session reads; each worker must see exactly one of the task's devices
+    batch = make_batch(tmp_path, *[{"do": "gpu"}] * 4, workers=3)
+    code, err = finish(start(batch, SLURM_JOB_GPUS="3,5", CUDA_VISIBLE_DEVICES="3,5"))
+    assert code == 0, err
+    got = outcomes(read_chunk_records(batch, 0))
+    seen = {wire[1]["pid"]: wire[1]["cuda"] for wire in got.values()}
+    assert set(seen.values()) == {"3", "5"} and len(seen) == 2, seen  # 3 workers capped to the 2 GPUs
+    (tmp_path / "plain").mkdir()
+    unpinned = make_batch(tmp_path / "plain", *[{"do": "gpu"}] * 2, workers=2)
+    code, err = finish(start(unpinned, CUDA_VISIBLE_DEVICES="3,5"))  # not given by SLURM: left alone
+    assert code == 0, err
+    assert {wire[1]["cuda"] for wire in outcomes(read_chunk_records(unpinned, 0)).values()} == {"3,5"}

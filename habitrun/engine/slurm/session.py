@@ -66,10 +66,21 @@ def chunk_index(offset: str, env: Mapping[str, str]) -> int:
         raise BatchError(f"chunk offset {offset!r} and task index {task!r} must be whole numbers") from None
 
 
-def process_policy(spec: BatchSpec) -> RunPolicy:
-    """The stage's policy as this task's local process backend runs it; BatchError if it is not one."""
+def slurm_gave_gpus(env: Mapping[str, str]) -> bool:
+    """Did SLURM give this task GPUs (``--gres=gpu:N``)? It then names them in SLURM_JOB_GPUS (or
+    SLURM_STEP_GPUS) and sets CUDA_VISIBLE_DEVICES to them."""
+    return bool((env.get("SLURM_JOB_GPUS") or env.get("SLURM_STEP_GPUS")) and env.get("CUDA_VISIBLE_DEVICES"))
+
+
+def process_policy(spec: BatchSpec, env: Mapping[str, str] | None = None) -> RunPolicy:
+    """The stage's policy as this task's local process backend runs it; BatchError if it is not one.
+
+    A task SLURM gave GPUs pins one to each worker (``cap_workers_to_gpu_pool``): workers beyond
+    the GPUs it got would share them, so they are capped too, as on the process backend."""
+    env = os.environ if env is None else env
+    gpus = {"cap_workers_to_gpu_pool": True} if slurm_gave_gpus(env) else {}
     try:
-        return RunPolicy.from_dict({**spec.policy, "backend": "process", "slurm": None})
+        return RunPolicy.from_dict({**spec.policy, "backend": "process", "slurm": None, **gpus})
     except ValidationError as exc:
         first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": str(exc)}
         where = ".".join(str(part) for part in first["loc"])
