@@ -19,9 +19,12 @@ run, each on a fresh study folder:
   a driver submits one ``sbatch --wrap "python -c ..."`` per subject (each
   imports the same operator, runs it on its subject and writes the result to a
   file), polls ``squeue`` until none is left, then reads every result file.
-  Timed from the first ``sbatch`` to the last file checked. It may run on fewer
-  subjects (``--per-job-n``, default at most 200): the table then says so
-  and compares its rate, it never extrapolates its wall time.
+  Timed from the first ``sbatch`` to the last file checked. Like Snakemake's
+  ``--jobs N``, at most ``--per-job-queue`` (default 20) of its jobs are queued
+  at once, so that the jobs of others on the shared cluster are not stuck
+  behind a wall of them. It may run on fewer subjects (``--per-job-n``, default
+  at most 100: about 1.2 s per job here): the table then says so and compares
+  its rate, it never extrapolates its wall time.
 
 Every leg's correctness is checked (every subject's value, exit code 0), and a
 failed leg prints its error in its row while the others go on. While a leg runs,
@@ -118,17 +121,20 @@ class JobWatcher:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            self.seen.update(queued(self.name))
+            self.seen.update(queued(self.name) or ())
             self._stop.wait(0.5)
 
 
-def queued(name: str | None = None) -> list[str]:
-    """Job ids in squeue (array tasks one by one), only those named ``name`` if given."""
+def queued(name: str | None = None) -> list[str] | None:
+    """Job ids in squeue (array tasks one by one), only those named ``name`` if given; None if squeue failed."""
     argv = ["squeue", "-h", "-r", "-o", "%i|%j"]
     try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=30).stdout
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
-        return []
+        return None
+    if done.returncode != 0:  # e.g. slurmctld busy: not "no jobs"
+        return None
+    out = done.stdout
     rows = [line.split("|", 1) for line in out.splitlines() if "|" in line]
     return [i for i, j in rows if name is None or j == name]
 
@@ -144,7 +150,7 @@ def cancel_ours(wait: float = 30.0) -> None:
     for name in NAMES.values():
         subprocess.run(["scancel", f"--name={name}"], capture_output=True, timeout=60, check=False)
     deadline = time.monotonic() + wait
-    while any(queued(n) for n in NAMES.values()) and time.monotonic() < deadline:
+    while any(queued(n) != [] for n in NAMES.values()) and time.monotonic() < deadline:
         time.sleep(0.5)
 
 
@@ -284,40 +290,50 @@ def leg_sbatch(root: Path, n: int, ms: float, args: argparse.Namespace) -> Row:
     out.mkdir()
     logs.mkdir()
     ids: list[str] = []
+    limit = args.per_job_queue or n
+    sbatch_sec = 0.0
     with JobWatcher(name) as watcher:
         start = time.perf_counter()
-        for i in range(n):
-            sid = f"S{i:05d}"
-            wrap = shlex.join([sys.executable, "-c", ONE_SUBJECT, str(study), sid, str(i), str(ms),
-                               str(out / f"{sid}.json")])
-            argv = ["sbatch", "--parsable", f"--job-name={name}", "--partition=debug", "--cpus-per-task=1",
-                    "--mem=1G", f"--time={args.time}", f"--output={logs}/%j.out", "--wrap", wrap]
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
-            if done.returncode != 0:
-                row.error = f"sbatch {sid}: {last_words(done.stderr)}"
-                return row
-            ids.append(done.stdout.strip().split(";", 1)[0])
-        submitted = time.perf_counter() - start
         deadline = time.monotonic() + args.timeout
-        while queued(name):
+        live = 0
+        while len(ids) < n or live:
             if time.monotonic() > deadline:
                 row.error = f"jobs still queued after {args.timeout:.0f} s (raise --timeout)"
                 return row
+            for i in range(len(ids), min(n, len(ids) + limit - live)):
+                sid = f"S{i:05d}"
+                wrap = shlex.join([sys.executable, "-c", ONE_SUBJECT, str(study), sid, str(i), str(ms),
+                                   str(out / f"{sid}.json")])
+                argv = ["sbatch", "--parsable", f"--job-name={name}", "--partition=debug", "--cpus-per-task=1",
+                        "--mem=1G", f"--time={args.time}", f"--output={logs}/%j.out", "--wrap", wrap]
+                began = time.perf_counter()
+                done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+                sbatch_sec += time.perf_counter() - began
+                if done.returncode != 0:
+                    row.error = f"sbatch {sid}: {last_words(done.stderr)}"
+                    return row
+                ids.append(done.stdout.strip().split(";", 1)[0])
             time.sleep(0.5)
-        missing = wrong = 0
-        for i in range(n):
+            now = queued(name)
+            live = len(now) if now is not None else max(live, 1)  # squeue failed: ask again
+        missing = wrong = never = 0
+        for i, job in enumerate(ids):
             try:
                 value = json.loads((out / f"S{i:05d}.json").read_text())["value"]
             except (OSError, ValueError, KeyError):
                 missing += 1
+                never += not (logs / f"{job}.out").exists()
                 continue
             wrong += value != 2 * i
         wall = time.perf_counter() - start
     row.seen = len(watcher.seen)
     row.jobs = str(len(ids))
-    row.notes.append(f"submitting took {submitted:.1f} s ({submitted / n * 1000:.0f} ms per sbatch)")
+    if args.per_job_queue:
+        row.notes.append(f"at most {args.per_job_queue} queued at once (--per-job-queue)")
+    row.notes.append(f"sbatch calls took {sbatch_sec:.1f} s ({sbatch_sec / n * 1000:.0f} ms each)")
     if missing or wrong:
-        row.error = f"{missing} result files missing, {wrong} wrong of {n}"
+        row.error = f"{missing} result files missing, {wrong} wrong of {n}" + (
+            f" ({never} jobs left the queue without starting: cancelled by someone else?)" if never else "")
         return row
     row.wall = wall
     return row
@@ -356,7 +372,10 @@ def main() -> None:
     parser.add_argument("--ms", type=float, default=50.0, help="ms each subject sleeps (default 50)")
     parser.add_argument("--only", nargs="+", choices=LEGS, default=list(LEGS), help="legs to run, in this order")
     parser.add_argument("--per-job-n", type=int, default=None,
-                        help="subjects of the one-job-per-subject leg (default: --n, at most 200)")
+                        help="subjects of the one-job-per-subject leg (default: --n, at most 100)")
+    parser.add_argument("--per-job-queue", type=int, default=20,
+                        help="jobs of that leg queued at once, as snakemake --jobs (default 20; 0: all at once); "
+                             "the cluster is shared: others' jobs get in between")
     parser.add_argument("--chunk-size", type=int, default=None,
                         help="subjects per array task of the slurm leg (default: ceil(n / 4), one array)")
     parser.add_argument("--time", default="00:30:00", help="SLURM wall time of every job (default 00:30:00)")
@@ -365,7 +384,7 @@ def main() -> None:
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGHUP, on_term)
-    per_job_n = args.per_job_n or min(args.n, 200)
+    per_job_n = args.per_job_n or min(args.n, 100)
     print(f"# {os.cpu_count()} cpus here; sinfo: {last_words(subprocess.run(['sinfo', '-h', '-o', '%P %c CPUs %m MB %t'], capture_output=True, text=True, timeout=30).stdout)}; python {sys.version.split()[0]}")
     rows: list[Row] = []
     tmp = tempfile.mkdtemp(prefix="hr-bench-slurm-")
