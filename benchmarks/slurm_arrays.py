@@ -8,9 +8,11 @@ run, each on a fresh study folder:
 * ``slurm``: ``habitrun run recipe.yaml`` with ``backend: slurm`` (job arrays
   of warm worker sessions, ``workers: 1`` per array task, ``chunk_size``
   subjects per task), as a subprocess, timed from start to exit.
-  Jobs submitted = the array tasks whose output files
-  (``.habitrun/slurm/<batch>/out/slurm-<array>_<task>.out``) the run left, one
-  per task however often it was requeued; ``sbatch`` calls = the distinct array ids there.
+  Jobs submitted = the array tasks of every array each batch folder's
+  ``arrays.json`` lists (one per task however often it was requeued; a
+  resubmission of lost subjects is a new batch, so it counts), ``sbatch`` calls =
+  those arrays; without ``arrays.json``, the tasks whose output files
+  (``.habitrun/slurm/<batch>/out/slurm-<array>_<task>.out``) the run left.
 * ``dask``: ``habitrun run recipe.yaml`` with ``backend: dask`` and
   ``dask.jobqueue`` on SLURM (``workers: 2``, one core per job: 2 jobs), as a
   subprocess, timed the same way. Jobs submitted = the distinct job ids in
@@ -233,10 +235,19 @@ def check_results(recipe: Path, n: int) -> str | None:
 
 
 def slurm_jobs(study: Path) -> tuple[int, int]:
-    """(array tasks, sbatch calls) from the output files of habitrun's batch folders."""
-    tasks = {p.stem for p in (study / ".habitrun" / "slurm").glob("*/out/*.out")}
-    arrays = {t.split("_", 1)[0] for t in tasks}
-    return len(tasks), len(arrays)
+    """(array tasks, sbatch calls) habitrun submitted: from each batch folder's ``arrays.json`` (every
+    array it submitted, started or not), else from its tasks' output files (tasks that started)."""
+    tasks = arrays = 0
+    for batch in (study / ".habitrun" / "slurm").glob("*/"):
+        try:
+            parts = json.loads((batch / "arrays.json").read_text())["parts"]
+            tasks += sum(int(p["count"]) for p in parts)
+            arrays += len(parts)
+        except (OSError, ValueError, KeyError, TypeError):
+            started = {p.stem for p in batch.glob("out/*.out")}
+            tasks += len(started)
+            arrays += len({t.split("_", 1)[0] for t in started})
+    return tasks, arrays
 
 
 def dask_jobs(study: Path) -> int:
@@ -249,11 +260,14 @@ def leg_habitrun(leg: str, root: Path, n: int, ms: float, args: argparse.Namespa
     """Legs ``slurm`` and ``dask``: one ``habitrun run`` of a fresh study."""
     row = Row(leg, n)
     if leg == "slurm":
-        chunk = args.chunk_size or math.ceil(n / 4)
-        slurm: dict[str, object] = {"partition": "debug", "chunk_size": chunk, "time": args.time, "mem": "1G",
+        slurm: dict[str, object] = {"partition": "debug", "time": args.time, "mem": "1G",
                                     "extra": [f"--job-name={NAMES[leg]}"]}
+        if args.chunk_size == "auto":  # habitrun's own chunking (no history: at most 100 tasks)
+            row.notes.append("chunk_size left to habitrun, workers 1 per task")
+        else:
+            slurm["chunk_size"] = int(args.chunk_size) if args.chunk_size else math.ceil(n / 4)
+            row.notes.append(f"chunk_size {slurm['chunk_size']}, workers 1 per task")
         policy: dict[str, object] = {"backend": "slurm", "workers": 1, "slurm": slurm}
-        row.notes.append(f"chunk_size {chunk}, workers 1 per task")
     else:
         jobqueue = {"system": "slurm", "cores": 1, "memory": "1GB", "queue": "debug", "walltime": args.time,
                     "death_timeout_sec": 30, "job_extra_directives": [f"--job-name={NAMES[leg]}"]}
@@ -376,12 +390,15 @@ def main() -> None:
     parser.add_argument("--per-job-queue", type=int, default=20,
                         help="jobs of that leg queued at once, as snakemake --jobs (default 20; 0: all at once); "
                              "the cluster is shared: others' jobs get in between")
-    parser.add_argument("--chunk-size", type=int, default=None,
-                        help="subjects per array task of the slurm leg (default: ceil(n / 4), one array)")
+    parser.add_argument("--chunk-size", default=None,
+                        help="subjects per array task of the slurm leg (default: ceil(n / 4), one array of 4; "
+                             "'auto': habitrun chooses, as a recipe without chunk_size does)")
     parser.add_argument("--time", default="00:30:00", help="SLURM wall time of every job (default 00:30:00)")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds a leg may take (default 3600)")
     parser.add_argument("--keep", action="store_true", help="keep the study folders (printed)")
     args = parser.parse_args()
+    if args.chunk_size not in (None, "auto") and not (args.chunk_size.isdigit() and int(args.chunk_size) > 0):
+        parser.error(f"--chunk-size {args.chunk_size!r}: a whole number > 0, or 'auto'")
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGHUP, on_term)
     per_job_n = args.per_job_n or min(args.n, 100)
