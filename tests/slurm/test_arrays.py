@@ -262,3 +262,34 @@ def test_ctrl_c_of_an_attached_run_cancels_its_arrays_and_resume_finishes(tmp_pa
     repeated = {k: v for k, v in starts(folder).items() if v > 1}
     assert set(repeated) <= {"work-S003", "work-S009"} and set(repeated.values()) <= {2}, repeated
     assert [e for e in events(folder) if e.get("event") == "subject_failed"] == []
+
+
+@pytest.mark.timeout(180)
+def test_a_sigkilled_runners_live_arrays_are_waited_for_by_resume_not_run_again(tmp_path: Path) -> None:
+    recipe = lost_study(tmp_path / "study", 12)  # 2 chunks, both held at their 4th subject
+    folder = recipe.parent
+    proc = start_run(recipe, "--quiet")
+    try:
+        wait_for(lambda: held(folder, "S003") and held(folder, "S009"), 120, "both chunks held", proc)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+    live = ours()
+    assert len(live) == 2, f"the killed runner's tasks should run on: {live}"
+    resumed = start_run(recipe, "--quiet")  # `run` again: it finds the batch a killed run left
+    try:
+        time.sleep(3.0)  # the new runner has adopted the live tasks by now, or submitted them again
+        assert set(ours()) == set(live), f"the resumed run submitted again what still runs: {ours()}"
+        (folder / "gate").touch()
+        out, _ = resumed.communicate(timeout=120)
+    finally:
+        if resumed.poll() is None:
+            resumed.kill()
+            resumed.communicate()
+    assert resumed.returncode == 0, out
+    assert set(starts(folder).values()) == {1} and len(starts(folder)) == 12, starts(folder)
+    assert {sid: v for (_s, sid), v in stored_results(recipe).items()} == {f"S{i:03d}": i for i in range(12)}
+    assert wait_ours_gone(15) == {}
