@@ -73,13 +73,13 @@ def test_sbatch_argv_asks_for_an_array_of_sessions_with_its_resources_then_the_e
                              extra=("--constraint=avx2",), max_running=3, signal_sec=90)
     argv = sbatch_argv(settings, workers=4, worker_threads=2, job_name="hr-s", array="0-9",
                        output="/o/%A_%a.out", script=tmp_path / "job.sh", script_args=["12"])
-    assert argv == ["sbatch", "--parsable", "--job-name=hr-s", "--array=0-9%3", "--output=/o/%A_%a.out",
+    assert argv == ["sbatch", "--parsable", "--job-name=hr-s", "--array=0-9%3", "--output=/o/%A_%a.out", "--open-mode=append",
                     "--signal=B:USR1@90", "--requeue", "--cpus-per-task=8", "--partition=gpu",
                     "--time=1:00:00", "--mem=8G", "--gres=gpu:1", "--account=lab", "--qos=low",
                     "--constraint=avx2", str(tmp_path / "job.sh"), "12"]
     plain = sbatch_argv(SlurmSettings(requeue=False, cpus_per_task=3), workers=4, worker_threads=2,
                         job_name="hr-s", array="0-1", output="o", script=Path("job.sh"), script_args=[])
-    assert plain == ["sbatch", "--parsable", "--job-name=hr-s", "--array=0-1", "--output=o",
+    assert plain == ["sbatch", "--parsable", "--job-name=hr-s", "--array=0-1", "--output=o", "--open-mode=append",
                      "--signal=B:USR1@120", "--no-requeue", "--cpus-per-task=3", "job.sh"]
 
 
