@@ -38,6 +38,7 @@ def start_watch(recipe: Path, out: Path, interval: str = "0.2") -> subprocess.Po
                             stdout=open(out, "w"), stderr=subprocess.STDOUT, text=True, cwd=recipe.parent)
 
 
+@pytest.mark.slow  # waits out STUCK_FLOOR_SEC (10 s) by design
 @pytest.mark.timeout(150)
 def test_a_hung_subject_is_flagged_with_its_pid_and_log_and_watch_stops_on_ctrl_c(tmp_path: Path) -> None:
     folder = tmp_path / "study [x]"  # brackets: markup in a path must be printed as is
@@ -117,12 +118,42 @@ def test_watch_follows_the_run_to_its_end_and_exits_with_the_final_status(tmp_pa
         stop_if_running(run)
 
 
+@pytest.mark.timeout(150)
+def test_ctrl_c_stops_watch_on_a_terminal_with_130_and_the_run_goes_on(tmp_path: Path) -> None:
+    # the Ctrl-C path of the two `slow` tests above without their wait for a stuck subject
+    # (.ci/matrix runs this one on every Python)
+    folder = tmp_path / "study"
+    recipe = make_study(folder, subjects=3, square_params={"gate": str(tmp_path / "never")})
+    run = start_run(recipe)
+    child = None
+    try:
+        started = lambda: any(e.get("event") == "stage_started" for e in events(folder))  # noqa: E731
+        wait_for(started, "the first stage started", run)
+        child = pexpect.spawn(habitrun_cmd()[0], [*habitrun_cmd("status", str(recipe), "--watch", "--interval", "0.2")[1:]],
+                              cwd=str(folder), env={**os.environ, "TERM": "xterm-256color"}, encoding="utf-8",
+                              timeout=60, dimensions=(40, 160))
+        child.expect("live progress")
+        child.expect("live progress")  # redrawn in place
+        child.sendintr()
+        child.expect(pexpect.EOF)
+        child.close()
+        assert child.exitstatus == 130
+        assert "stopped watching; the run goes on" in child.before and "Traceback" not in child.before
+        assert "\x1b[?25h" in child.before  # the cursor rich hid is shown again
+        assert run.poll() is None  # watching never touched the run
+    finally:
+        if child is not None:
+            child.close(force=True)
+        stop_if_running(run)
+
+
 def test_the_eta_is_what_the_running_subjects_have_left_then_the_pending_ones_in_waves() -> None:
     stage = StageLive("square", to_run=10, done=4, running=2, median_sec=1.0)  # 4 pending over 2 slots
     assert eta(stage, [0.5, 0.2]) == pytest.approx(0.8 + 2 * 1.0)
     assert eta(stage, [3.0, 2.5]) == pytest.approx(2.0)  # past the median: nothing left is assumed
 
 
+@pytest.mark.slow  # waits out STUCK_FLOOR_SEC (10 s) by design
 @pytest.mark.timeout(150)
 def test_serial_backend_names_the_runner_and_watch_on_a_terminal_restores_it_on_ctrl_c(tmp_path: Path) -> None:
     folder = tmp_path / "study"

@@ -9,6 +9,10 @@ exactly one line on stderr, the resume command once a run folder exists, and no
 process left behind (the early fork server and the operator check run in
 sessions of their own, which a group signal does not reach).
 
+SIGTERM's and SIGHUP's grids are marked ``slow`` (the whole suite runs them; .ci/matrix does not):
+on the other Pythons SIGINT's grid (the signal the interpreter itself treats apart) and the console
+script's SIGTERM below show the handlers come in at the start.
+
 Before habitrun's first instruction only the interpreter's own start runs (about
 20-50 ms here, ``site`` included; up to 0.25 s on a loaded machine), where no program has a say and the kernel's
 default action applies (for SIGINT inside ``site``, Python's own fatal error); a trial whose signal left before habitrun's handlers
@@ -93,7 +97,8 @@ def _one_trial(study: Path, delay: float, sig: signal.Signals) -> str:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: s.name)
+@pytest.mark.parametrize("sig", [pytest.param(s, marks=() if s == signal.SIGINT else pytest.mark.slow) for s in SIGNALS],
+                         ids=lambda s: s.name)
 def test_stop_signal_at_any_moment_of_start_up(tmp_path: Path, sig: signal.Signals) -> None:
     """Every delay of the grid: the right status, one line (with the resume command once a run folder exists)."""
     failures = []

@@ -16,7 +16,10 @@ from tests.engine.test_crash_safety import start_run, wait_for_done_events
 
 @pytest.mark.timeout(90)
 def test_status_after_a_sigkilled_run_says_interrupted_with_the_resume_command(tmp_path: Path) -> None:
-    recipe = make_study(tmp_path / "study", subjects=8, square_params={"sleep": 2.0})  # 8 s of work: still running at the kill on a loaded machine
+    # S000 and S001 run at once, the others wait on a gate the test opens only for the resume: the run
+    # is still running at the kill however loaded the machine, and the resume does not sleep
+    gate = tmp_path / "gate"
+    recipe = make_study(tmp_path / "study", subjects=8, square_params={"gate": str(gate), "gate_from": 2})
     study = recipe.parent
     proc = start_run(recipe)
     try:
@@ -47,6 +50,7 @@ def test_status_after_a_sigkilled_run_says_interrupted_with_the_resume_command(t
     assert as_json["run"]["outcome"] == "interrupted (the runner died)"
     assert as_json["run"]["resume"] == "habitrun resume recipe.yaml"
 
+    gate.touch()
     resumed = run_cli("resume", "recipe.yaml", "-q", cwd=study)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     after = run_cli("status", "recipe.yaml", cwd=study)

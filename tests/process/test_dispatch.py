@@ -14,6 +14,7 @@ import pytest
 from tests.process.conftest import op, run
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_four_long_subjects_on_four_workers_take_one_subjects_time(make_backend, tasks):
     # Queued two to a worker, two workers would run them in 2 x 3 s (6.6 s measured);
@@ -27,6 +28,7 @@ def test_four_long_subjects_on_four_workers_take_one_subjects_time(make_backend,
     assert wall < 5.5, f"4 x 3 s on 4 workers took {wall:.1f} s: some ran one after another"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_a_busy_worker_is_not_handed_the_next_subject_while_durations_are_unknown(make_backend, tasks):
     # One long subject and four short ones on two workers: the short ones all go to the

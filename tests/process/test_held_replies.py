@@ -62,6 +62,7 @@ def test_a_beacon_reading_is_what_was_written():
     assert beacon.read()[:2] == (3, False)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_replies_held_by_a_worker_are_not_stuck_behind_a_long_subject(make_backend, tasks):
     # One worker, short subjects queued deep, then a long one: the short ones' replies

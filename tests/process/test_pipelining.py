@@ -39,6 +39,7 @@ def test_deaths_among_many_short_subjects_are_charged_to_the_running_one(make_ba
     assert all(o.ok for s, o in got.items() if s not in ("S150", "S260"))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_timeout_counts_from_the_subjects_start_not_from_its_queueing(make_backend, tasks):
     # Short subjects make the runner queue deep; the 0.5 s ones that follow are then queued

@@ -97,8 +97,7 @@ RUNNER = textwrap.dedent("""
 """)
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(60)  # not `slow`: about 1.5 s a start method, and the start methods are what differ between Pythons
 @pytest.mark.parametrize("method, mode", [("forkserver", "persistent"), ("spawn", "persistent"),
                                           ("fork", "persistent"), ("forkserver", "isolated")])
 def test_workers_exit_by_themselves_when_the_runner_is_sigkilled(tmp_path: Path, method, mode):

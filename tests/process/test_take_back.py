@@ -26,6 +26,7 @@ def test_the_idle_worker_takes_back_the_runs_queued_behind_a_long_one(make_backe
     assert all(r["ended"] < long["ended"] for r in after)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_take_backs_among_mixed_durations_run_each_subject_exactly_once(make_backend, tasks, tmp_path):
     b = make_backend(workers=3)

@@ -91,6 +91,7 @@ def validate(recipe: Path, overrides: list[str]) -> tuple[int, str]:
     return (code if isinstance(code, int) else 1), out.getvalue() + err.getvalue()
 
 
+@pytest.mark.slow  # a stress test (a few hundred random recipes); the literal-markup test below runs the same path
 @pytest.mark.timeout(60)
 def test_validate_on_markup_mutations_exits_0_or_2_without_traceback(tmp_path: Path) -> None:
     rng = random.Random(SEED)
