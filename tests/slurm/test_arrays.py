@@ -293,3 +293,71 @@ def test_a_sigkilled_runners_live_arrays_are_waited_for_by_resume_not_run_again(
     assert set(starts(folder).values()) == {1} and len(starts(folder)) == 12, starts(folder)
     assert {sid: v for (_s, sid), v in stored_results(recipe).items()} == {f"S{i:03d}": i for i in range(12)}
     assert wait_ours_gone(15) == {}
+
+
+KILLER_OPS = OPS_SOURCE + '''
+
+def _session_pid():
+    """The array task's habitrun session: the topmost ancestor running it (a fork server forked from it
+    shows the same command line; one started afresh does not)."""
+    pid, found = os.getpid(), None
+    while pid > 1:
+        with open(f"/proc/{pid}/stat") as f:
+            pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            if b"habitrun.engine.slurm.session" in f.read():
+                found = pid
+    return found
+
+
+def work(subject, marker_dir, killer="S002"):
+    _mark(marker_dir, "work", subject.id, "start")
+    if subject.id == killer:
+        os.kill(_session_pid(), 9)  # the whole array task goes, not just this worker
+        time.sleep(60)
+    _mark(marker_dir, "work", subject.id, "end")
+    return int(subject.fields["n"])
+'''
+
+
+@pytest.mark.timeout(180)
+def test_a_subject_that_kills_its_task_twice_is_charged_worker_died_and_the_rest_are_not(tmp_path: Path) -> None:
+    recipe = make_study(tmp_path / "study", subjects=6, policy=slurm_policy(chunk_size=3))
+    folder = recipe.parent
+    (folder / "ops.py").write_text(KILLER_OPS)
+    data = json.loads(recipe.read_text())
+    data["stages"] = [{"name": "work", "operator": "ops:work", "params": {"marker_dir": str(folder / "markers")}}]
+    recipe.write_text(json.dumps(data, indent=2))
+    done = run_cli("run", str(recipe), "--quiet", timeout=150)
+    assert done.returncode == 1, done.stdout + done.stderr
+    finals = {e["subject"]: e["kind"] for e in events(folder) if e.get("event") == "subject_failed" and e.get("final")}
+    assert finals == {"S002": "worker_died"}, finals
+    assert starts(folder)["work-S002"] == 2, "charged after the second task it killed, not before"
+    finished = {key: n for key, n in ends(folder).items() if n}
+    assert finished == {f"work-S{i:03d}": 1 for i in range(6) if i != 2}, finished
+    assert wait_ours_gone(15) == {}
+
+
+@pytest.mark.timeout(120)
+def test_a_task_that_cannot_start_habitrun_twice_stops_the_run_saying_what_it_printed(tmp_path: Path) -> None:
+    recipe = make_study(tmp_path / "study", subjects=4,
+                        policy=slurm_policy(chunk_size=4, setup=["echo 'module: python/9.9 not found' >&2", "false"]))
+    done = run_cli("run", str(recipe), timeout=100)
+    assert done.returncode == 2, done.stdout + done.stderr
+    said = done.stderr.replace("\n", " ")
+    assert "ended twice before its habitrun session began" in said and "python/9.9 not found" in said, said
+    assert "Traceback" not in done.stderr
+    run = [e for e in events(recipe.parent) if e.get("event") == "run_finished"][-1]
+    assert run["outcome"] == "error" and run["exit_code"] == 2, run
+    assert [e for e in events(recipe.parent) if e.get("event") == "subject_failed"] == []  # nobody charged
+    assert wait_ours_gone(15) == {}
+
+
+def test_a_submission_the_cluster_refuses_is_the_runs_error_not_the_subjects(tmp_path: Path) -> None:
+    recipe = make_study(tmp_path / "study", subjects=3, policy=slurm_policy(partition="no-such-partition"))
+    done = run_cli("run", str(recipe), timeout=60)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Invalid partition name specified" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert [e for e in events(recipe.parent) if e.get("event") == "subject_failed"] == []
+    again = run_cli("run", str(recipe), "policy.slurm.partition=debug", "--stage", "square", "--quiet", timeout=100)
+    assert again.returncode == 0, again.stdout + again.stderr

@@ -179,10 +179,17 @@ class SlurmBackend(Backend):
             if ended:
                 self._read(followers, by_chunk, wanted, report, op)  # what they wrote before they ended
                 lost: list[SubjectTask] = []
+                alone: list[SubjectTask] = []
                 for chunk in ended:
-                    lost += self._settle(chunk, wanted, deaths, report)
+                    again, suspects = self._settle(chunk, wanted, deaths, report)
+                    lost += again
+                    alone += suspects
+                fresh: list[ChunkState] = []
                 if lost and not stop.is_set():
-                    fresh = self._submit(op, lost)
+                    fresh += self._submit(op, lost)
+                if alone and not stop.is_set():
+                    fresh += self._submit(op, alone, size=1)
+                if fresh:
                     chunks += fresh
                     for c in fresh:
                         by_chunk[(c.batch, c.index)] = c
@@ -241,24 +248,41 @@ class SlurmBackend(Backend):
                 raise session_error(op, reason[len("error:"):].strip())
 
     def _settle(self, chunk: ChunkState, wanted: dict[str, SubjectTask], deaths: dict[str, int],
-                report: ReportFn) -> list[SubjectTask]:
-        """A chunk whose task ended: its unreported subjects, to submit again (or charged after two deaths)."""
+                report: ReportFn) -> tuple[list[SubjectTask], list[SubjectTask]]:
+        """A chunk whose task ended: its unreported subjects to submit again, in chunks as usual and
+        alone (suspects), or charged after two deaths.
+
+        A session that died without a word (SIGKILL, node failure, a subject that killed it) counts a
+        death for the subjects its start records show in flight. When they show none (the subject
+        killed it faster than starts are noted, every 0.2 s), a session of one worker, which runs its
+        chunk in order, was running the first unfinished subject; with more workers the first
+        ``workers`` unfinished are suspects. A subject with a death or under suspicion is submitted
+        alone, where a session dying without a word can only be its subject's doing."""
         chunk.resolved = True
         left = [k for k in chunk.keys if k in wanted]
         if not left:
-            return []
+            return [], []
         if not chunk.sessions:  # its session never began: the job could not start habitrun there
             for key in left:
                 self._unstarted[key] = self._unstarted.get(key, 0) + 1
             if any(self._unstarted[key] >= 2 for key in left):
                 raise SlurmError(never_started(chunk))
+        suspects: set[str] = set()
         for session in chunk.sessions.values():
-            if session.end is None:  # died without a word (SIGKILL, node failure): its running subjects count
-                for key in session.started:
-                    if key not in session.finished and key in wanted:
-                        deaths[key] = deaths.get(key, 0) + 1
+            if session.end is not None:  # it ended cleanly (done, warned, stopped, terminated): nobody's fault
+                continue
+            in_flight = [k for k in session.started if k not in session.finished and k in wanted]
+            if not in_flight and (len(left) == 1 or self.policy.workers == 1):
+                in_flight = left[:1]  # one worker runs the chunk in its order: the first unfinished was running
+            if in_flight:
+                for key in in_flight:
+                    deaths[key] = deaths.get(key, 0) + 1
+            else:
+                suspects.update(left[:self.policy.workers])  # one of the first `workers` unfinished was
         charged: list[SubjectOutcome] = []
         again: list[SubjectTask] = []
+        alone: list[SubjectTask] = []
+        job = f"{chunk.task_id[0]}_{chunk.task_id[1]}" if chunk.task_id is not None else "?"
         for key in left:
             task = wanted[key]
             self._running.pop(key, None)
@@ -266,15 +290,17 @@ class SlurmBackend(Backend):
                 wanted.pop(key)
                 charged.append(SubjectOutcome(
                     task=task, ok=False, kind=FailureKind.WORKER_DIED,
-                    error=f"WorkerDied: the SLURM task running it ended without a word twice "
-                          f"(last: job {chunk.task_id[0] if chunk.task_id else '?'}_{chunk.task_id[1] if chunk.task_id else '?'})"))
+                    error=f"WorkerDied: the SLURM array task running it died without a word twice "
+                          f"(the last: {job}; its output: {chunk.batch / 'out'})"))
+            elif key in suspects or deaths.get(key, 0):
+                alone.append(task)
             else:
                 again.append(task)
-        log.debug("batch %s chunk %d ended: %d subject(s) submitted again, %d charged", chunk.batch.name,
-                  chunk.index, len(again), len(charged))
+        log.debug("batch %s chunk %d ended: %d subject(s) submitted again, %d alone, %d charged", chunk.batch.name,
+                  chunk.index, len(again), len(alone), len(charged))
         if charged:
             report(charged)
-        return again
+        return again, alone
 
     def _stopped(self, stop: StopFlag, chunks: list[ChunkState], followers: dict[Path, ShardFollower],
                  by_chunk: dict[tuple[Path, int], ChunkState], wanted: dict[str, SubjectTask], report: ReportFn,
@@ -360,10 +386,11 @@ class SlurmBackend(Backend):
             del self._consumed[folder]
 
     # ------------------------------------------------------------------ submitting
-    def _submit(self, op: OperatorRef, tasks: list[SubjectTask]) -> list[ChunkState]:
+    def _submit(self, op: OperatorRef, tasks: list[SubjectTask], size: int | None = None) -> list[ChunkState]:
         """Chunk the tasks, write a batch folder, submit it as array(s); its chunks."""
         settings = self.settings
-        size = chunk_size(len(tasks), self.policy.workers, self.typical_sec, settings)
+        if size is None:
+            size = chunk_size(len(tasks), self.policy.workers, self.typical_sec, settings)
         parts_of = split(tasks, size)
         folder = new_batch_folder(self.root, op.stage)
         session_policy = self.policy.model_dump(mode="json")
