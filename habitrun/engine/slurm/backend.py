@@ -254,10 +254,11 @@ class SlurmBackend(Backend):
 
         A session that died without a word (SIGKILL, node failure, a subject that killed it) counts a
         death for the subjects its start records show in flight. When they show none (the subject
-        killed it faster than starts are noted, every 0.2 s), a session of one worker, which runs its
-        chunk in order, was running the first unfinished subject; with more workers the first
-        ``workers`` unfinished are suspects. A subject with a death or under suspicion is submitted
-        alone, where a session dying without a word can only be its subject's doing."""
+        killed it faster than starts are noted, every 0.05 s), every unfinished subject of the chunk is a
+        suspect (a worker holds the replies of subjects under 5 ms back, so the first unfinished one
+        need not be the one that ran). A subject with a death or under suspicion is submitted alone,
+        where a session dying without a word can only be its subject's doing: a subject that kills its
+        task is charged at its second recorded death (its third task if it killed the first at once)."""
         chunk.resolved = True
         left = [k for k in chunk.keys if k in wanted]
         if not left:
@@ -272,13 +273,13 @@ class SlurmBackend(Backend):
             if session.end is not None:  # it ended cleanly (done, warned, stopped, terminated): nobody's fault
                 continue
             in_flight = [k for k in session.started if k not in session.finished and k in wanted]
-            if not in_flight and (len(left) == 1 or self.policy.workers == 1):
-                in_flight = left[:1]  # one worker runs the chunk in its order: the first unfinished was running
+            if not in_flight and len(chunk.keys) == 1:
+                in_flight = left  # alone in its chunk: it was the one running
             if in_flight:
                 for key in in_flight:
                     deaths[key] = deaths.get(key, 0) + 1
-            else:
-                suspects.update(left[:self.policy.workers])  # one of the first `workers` unfinished was
+            else:  # any unfinished one may have been running (or finished, its reply held back): suspects
+                suspects.update(left)
         charged: list[SubjectOutcome] = []
         again: list[SubjectTask] = []
         alone: list[SubjectTask] = []

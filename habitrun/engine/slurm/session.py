@@ -48,7 +48,7 @@ from habitrun.errors import BatchError, HabitrunError
 from habitrun.spec.policy import RunPolicy
 
 HOLD_DEATH_SEC = 1.0  # a worker_died waits this long for a TERM that would explain it
-START_POLL_SEC = 0.2  # how often running subjects are looked at for start records
+START_POLL_SEC = 0.05  # how often running subjects are looked at for start records (a shared-memory read)
 REQUEUE_TIMEOUT_SEC = 60.0
 NOT_CHARGED_AFTER_STOP = frozenset({FailureKind.WORKER_DIED, FailureKind.INTERRUPTED, FailureKind.TIMEOUT,
                                     FailureKind.SPAWN_TIMEOUT})
