@@ -4,7 +4,8 @@ A chunk is the work of one array task (one warm worker session). Too small and
 the queue and start-up cost dominates (each task waits in the queue and starts
 a Python); too large and a lost task loses much and the tail of the stage is
 long. With learned durations a chunk is sized to take about ``chunk_minutes``
-of its task's ``workers``; without, a stage is cut into about 100 tasks.
+of its task's ``workers``, or less when that still leaves each of up to 100
+tasks a minute of work; without, a stage is cut into about 100 tasks.
 """
 
 from __future__ import annotations
@@ -20,6 +21,10 @@ T = TypeVar("T")
 FIRST_RUN_TASKS = 100
 """Without history a stage becomes about this many array tasks (fewer when it has fewer subjects)."""
 
+MIN_TASK_SEC = 60.0
+"""With learned durations a chunk holds at least this much work (when the target allows): spreading a
+stage over more tasks than that only buys queueing and start-up (each task waits and starts a Python)."""
+
 TIME_SHARE = 0.8
 """Share of a task's wall time before its warning (``time - signal_sec``) that its chunk may fill."""
 
@@ -29,7 +34,9 @@ def chunk_size(subjects: int, workers: int, typical_sec: float | None, settings:
 
     ``settings.chunk_size`` when set; else, knowing a typical subject's duration, as many as
     ``workers`` finish in ``chunk_minutes`` (and, with a ``time`` limit, in 80% of the time left
-    before the warning signal), at most the stage's subjects; else ``ceil(subjects / 100)``.
+    before the warning signal) -- fewer when that spreads the stage over up to 100 tasks of at
+    least a minute of work each (a big cluster runs them side by side) --, at most the stage's
+    subjects; else ``ceil(subjects / 100)``.
     """
     if settings.chunk_size is not None:
         return settings.chunk_size
@@ -39,8 +46,10 @@ def chunk_size(subjects: int, workers: int, typical_sec: float | None, settings:
     time_sec = settings.time_sec()
     if time_sec is not None:
         wall = min(wall, max(0.0, time_sec - settings.signal_sec) * TIME_SHARE)
-    size = math.floor(wall * max(1, workers) / max(typical_sec, 1e-3))
-    return max(1, min(size, subjects))
+    per_subject = max(typical_sec, 1e-3) / max(1, workers)  # a task's wall time per subject
+    by_target = math.floor(wall / per_subject)
+    spread = max(math.ceil(subjects / FIRST_RUN_TASKS), math.ceil(MIN_TASK_SEC / per_subject))
+    return max(1, min(by_target, spread, subjects))
 
 
 def split(tasks: Sequence[T], size: int) -> list[list[T]]:
