@@ -25,12 +25,12 @@ def test_without_history_a_stage_becomes_about_a_hundred_tasks():
 def test_with_history_a_chunk_fills_chunk_minutes_of_its_workers():
     settings = SlurmSettings(chunk_minutes=20)
     assert chunk_size(100_000, 1, 10.0, settings) == 120  # 20 min of 10 s subjects on one worker
-    assert chunk_size(100_000, 4, 10.0, settings) == 480  # four workers run four at once
+    assert chunk_size(100_000, 4, 10.0, settings) == 479  # four workers run four at once (480, evened out)
     assert chunk_size(100_000, 4, 3600.0, settings) == 1  # a subject longer than the target: one per task
     assert chunk_size(300, 4, 10.0, settings) == 24  # 750 s of work: 13 tasks of a minute, not one of 12 min
-    assert chunk_size(2000, 1, 0.05, settings) == 1200  # 100 s of work: two tasks of a minute or less
+    assert chunk_size(2000, 1, 0.05, settings) == 1000  # 100 s of work: two tasks of a minute or less, even
     assert chunk_size(50, 1, 0.05, settings) == 50  # never more than the stage has
-    assert chunk_size(100_000, 1, 0.0, settings) == 60_000  # instant subjects: no division by zero
+    assert chunk_size(100_000, 1, 0.0, settings) == 50_000  # instant subjects: no division by zero (60000, evened)
 
 
 def test_a_time_limit_caps_a_chunk_to_most_of_what_is_left_before_the_warning():

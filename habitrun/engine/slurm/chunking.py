@@ -36,7 +36,8 @@ def chunk_size(subjects: int, workers: int, typical_sec: float | None, settings:
     ``workers`` finish in ``chunk_minutes`` (and, with a ``time`` limit, in 80% of the time left
     before the warning signal) -- fewer when that spreads the stage over up to 100 tasks of at
     least a minute of work each (a big cluster runs them side by side) --, at most the stage's
-    subjects; else ``ceil(subjects / 100)``.
+    subjects; the tasks that makes evenly filled (2000 of 1200 at most: two of 1000, not 1200 and 800);
+    else ``ceil(subjects / 100)``.
     """
     if settings.chunk_size is not None:
         return settings.chunk_size
@@ -49,7 +50,9 @@ def chunk_size(subjects: int, workers: int, typical_sec: float | None, settings:
     per_subject = max(typical_sec, 1e-3) / max(1, workers)  # a task's wall time per subject
     by_target = math.floor(wall / per_subject)
     spread = max(math.ceil(subjects / FIRST_RUN_TASKS), math.ceil(MIN_TASK_SEC / per_subject))
-    return max(1, min(by_target, spread, subjects))
+    size = max(1, min(by_target, spread, subjects))
+    tasks = math.ceil(subjects / size) if subjects else 1
+    return max(1, math.ceil(subjects / tasks))  # the same number of tasks, evenly filled
 
 
 def split(tasks: Sequence[T], size: int) -> list[list[T]]:
