@@ -22,6 +22,7 @@ from habitrun.engine.events import (
     RetryRound,
     RunStarted,
     RunWarning,
+    StageDetached,
     StageFinished,
     StagePublished,
     StageStarted,
@@ -173,6 +174,10 @@ class RunDisplay:
             self.print(f"{_tag(e.stage)} finished: {e.done} done, {e.cached} cached, {e.failed} failed, "
                        f"{e.skipped} skipped" + (f", {e.not_run} not run" if e.not_run else ""))
 
+    def _on_stage_detached(self, e: StageDetached) -> None:
+        self.print(f"{_tag(e.stage)} detached: {e.subjects} subject(s) left to batch job(s) "
+                   f"{esc(', '.join(e.jobs))}")
+
     def _on_stage_published(self, e: StagePublished) -> None:
         removed = f", {e.removed} removed" if e.removed else ""
         self.print(f"{_tag(e.stage)} published {e.files} file(s) to {esc(e.folder)} "
@@ -211,6 +216,7 @@ _HANDLERS: dict[type[Event], Callable[[RunDisplay, Any], None]] = {
     RetryRound: RunDisplay._on_retry_round,
     StageFinished: RunDisplay._on_stage_finished,
     StagePublished: RunDisplay._on_stage_published,
+    StageDetached: RunDisplay._on_stage_detached,
     Stopping: RunDisplay._on_stopping,
     CheckpointCleared: RunDisplay._on_checkpoint_cleared,
     TrainStarted: RunDisplay._on_train_started,

@@ -81,6 +81,8 @@ class Backend(abc.ABC):
     forecast: Any = None  # the stage's peak-memory model (planner.memory_model), for a memory budget
     wants_durations: bool = False  # set typical_sec before each stage (the slurm backend sizes its chunks by it)
     typical_sec: float | None = None  # the stage's learned duration per subject (None: no history)
+    left_running: list[str] = []  # a detached run's batch jobs left running for the stage (read after run_tasks)
+    left_subjects: int = 0  # ... and how many of the stage's subjects they hold
 
     @abc.abstractmethod
     def run_tasks(

@@ -111,6 +111,16 @@ class StageStarted(Event):
     recorded_failures: int = 0
 
 
+@_event("stage_detached")
+@dataclass(slots=True, kw_only=True)
+class StageDetached(Event):
+    """A detached run (``--detach``) left the stage's subjects to the batch jobs it submitted."""
+
+    stage: str
+    subjects: int  # left running or queued in those jobs
+    jobs: list[str]  # the batch system's job (array) ids
+
+
 @_event("stage_finished")
 @dataclass(slots=True, kw_only=True)
 class StageFinished(Event):

@@ -17,8 +17,8 @@ from typing import ClassVar
 
 from habitrun.engine.command.params import operator_params
 from habitrun.engine.contract import FailureKind, OperatorRef, SubjectOutcome, SubjectTask
-from habitrun.engine.control import StopFlag
-from habitrun.engine.events import RETRY_NAMED, RetryRound, RunWarning
+from habitrun.engine.control import DETACHED, StopFlag
+from habitrun.engine.events import RETRY_NAMED, RetryRound, RunWarning, StageDetached
 from habitrun.engine.ledger import StageLedger
 from habitrun.engine.run_context import RunContext
 from habitrun.engine.stage_inputs import StageInputs
@@ -142,6 +142,9 @@ def run_on_backend(ctx: RunContext, kind: StageKind, call: str, stage: StageSpec
                   pending[0].attempt)
         backend.run_tasks(op, pending, rounds.report, stop)
         ledger.settle()
+        if stop.reason == DETACHED and backend.left_running:
+            ctx.events.emit(StageDetached(stage=stage.name, subjects=backend.left_subjects,
+                                          jobs=list(backend.left_running)))
         if rounds.retry and not stop.is_set():
             ctx.events.emit(RetryRound(stage=stage.name, subjects=len(rounds.retry),
                                        attempt=rounds.retry[0].attempt,

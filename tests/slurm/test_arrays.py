@@ -105,6 +105,9 @@ def test_detach_then_status_then_resume_finishes_the_study(tmp_path: Path) -> No
     detached = run_cli("run", str(recipe), "--detach", timeout=120)
     assert detached.returncode == 0, detached.stdout + detached.stderr
     assert "detached" in detached.stdout and "habitrun resume" in detached.stdout, detached.stdout
+    left = [e for e in events(folder) if e.get("event") == "stage_detached"]
+    assert [(e["stage"], e["subjects"]) for e in left] == [("square", n)] and left[0]["jobs"], left
+    assert f"[square] detached: {n} subject(s) left to batch job(s) {', '.join(left[0]['jobs'])}" in detached.stdout
     assert ours(), "the detached run left no array in squeue"
     # the runner is gone by design; status follows the arrays and exits 0 while they run
     seen = run_cli("status", str(recipe), "--json", timeout=60)

@@ -94,7 +94,8 @@ class SlurmBackend(Backend):
         self.run_id: str | None = None
         self.submitted: list[str] = []  # array job ids this backend submitted
         self.batches: list[Path] = []  # batch folders this backend submitted
-        self.detached_arrays: list[str] = []
+        self.left_running: list[str] = []
+        self.left_subjects = 0
         self.jobs = 0  # array tasks submitted
         self._live: dict[tuple[str, int], str] = {}
         self._running: dict[str, RunningSubject] = {}
@@ -122,10 +123,11 @@ class SlurmBackend(Backend):
     def describe(self) -> dict[str, Any]:
         return {"backend": self.name, "workers": self.policy.workers, "arrays": list(self.submitted),
                 "array_tasks": self.jobs, "batches": [p.name for p in self.batches],
-                **({"detached": list(self.detached_arrays)} if self.detached_arrays else {})}
+                **({"detached": list(self.left_running)} if self.left_running else {})}
 
     # ------------------------------------------------------------------ one stage
     def run_tasks(self, op: OperatorRef, tasks: Sequence[SubjectTask], report: ReportFn, stop: StopFlag) -> None:
+        self.left_running, self.left_subjects = [], 0
         try:
             self._run(op, tasks, report, stop)
         except SlurmError as exc:  # the cluster refused or lost the means to run anything: the run's error
@@ -162,7 +164,7 @@ class SlurmBackend(Backend):
                     self._stopped(stop, chunks, followers, by_chunk, wanted, report, op)
                 return False
             if self.detach:
-                self._detached(stop, chunks)
+                self._detached(stop, chunks, len(wanted))
                 return False
             try:
                 self._live = commands.live_tasks(sorted({c.task_id[0] for c in chunks
@@ -338,9 +340,10 @@ class SlurmBackend(Backend):
         except SlurmError as exc:
             log.debug("scancel %s failed: %s", " ".join(ids), exc)
 
-    def _detached(self, stop: StopFlag, chunks: list[ChunkState]) -> None:
+    def _detached(self, stop: StopFlag, chunks: list[ChunkState], left: int) -> None:
         """A detached run: leave the arrays running and end the run (resume comes back for them)."""
-        self.detached_arrays = sorted({c.task_id[0] for c in chunks if c.task_id is not None and not c.resolved})
+        self.left_subjects = left
+        self.left_running = sorted({c.task_id[0] for c in chunks if c.task_id is not None and not c.resolved})
         if not stop.is_set():
             stop.set(DETACHED)
 
