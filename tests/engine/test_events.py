@@ -17,6 +17,7 @@ from habitrun.engine.events import (
     RunFinished,
     RunStarted,
     RunWarning,
+    StageDetached,
     StageFinished,
     StagePublished,
     StageStarted,
@@ -64,6 +65,7 @@ EVERY_KIND = [
     ConsoleLine(line="[t/0] hello\n"),
     LargeResult(stage="a", subject="S1", size_mb=20.0, limit_mb=10),
     StagePublished(stage="a", folder="results/a/", files=3, written=1, removed=0),
+    StageDetached(stage="a", subjects=40, jobs=["761", "762"]),
     RetryRound(stage="a", subjects=2, attempt=2),  # as runs before issue 32 wrote it: no ids, no kinds
 ]
 
