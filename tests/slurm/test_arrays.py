@@ -9,8 +9,10 @@ exactly once" is counted, not assumed.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -372,3 +374,15 @@ def test_a_submission_the_cluster_refuses_is_the_runs_error_not_the_subjects(tmp
     assert [e for e in events(recipe.parent) if e.get("event") == "subject_failed"] == []
     again = run_cli("run", str(recipe), "policy.slurm.partition=debug", "--stage", "square", "--quiet", timeout=100)
     assert again.returncode == 0, again.stdout + again.stderr
+
+
+def test_without_the_slurm_commands_the_run_says_so_and_records_its_end(tmp_path: Path) -> None:
+    recipe = make_study(tmp_path / "study", subjects=3, policy=slurm_policy())
+    env = {**os.environ, "PATH": str(tmp_path / "empty")}  # no sbatch, squeue, scancel, scontrol
+    done = subprocess.run([sys.executable, "-m", "habitrun.cli.app", "run", str(recipe)], capture_output=True,
+                          text=True, timeout=60, env=env)
+    assert done.returncode == 2, done.stdout + done.stderr
+    said = done.stderr.replace("\n", " ")
+    assert "needs the SLURM commands on PATH; not found: sbatch" in said and "Traceback" not in said, said
+    run = [e for e in events(recipe.parent) if e.get("event") == "run_finished"][-1]
+    assert run["outcome"] == "error" and run["exit_code"] == 2, run

@@ -103,8 +103,8 @@ class SlurmBackend(Backend):
         self._consumed: dict[Path, bool] = {}  # batch -> every outcome it holds was reported
         self._closed = False
         reason = commands.why_unavailable()
-        if reason is not None:
-            raise SlurmError(f"backend 'slurm': {reason}")
+        if reason is not None:  # the run's error (recorded as its end, exit 2), before anything is submitted
+            raise WorkerStartError(reason)
 
     @classmethod
     def from_policy(cls, policy: RunPolicy, workspace: Path | None = None, *, detach: bool = False) -> SlurmBackend:
