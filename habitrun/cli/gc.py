@@ -5,7 +5,8 @@ folder>``), so changing a param and back never mixes versions; the price is
 that old versions pile up. `gc` plans the recipe as it is now (with the
 overrides given), and lists what no current key refers to: records of other
 keys (and their result files) and key folders of other keys, of removed
-stages and of subjects gone from the manifest. It deletes them only with
+stages and of subjects gone from the manifest, and the SLURM batch folders a run
+merged for good (``closed``: none is read again). It deletes them only with
 ``--yes``, holding the study's lock, and prints the space freed. Anything in
 ``work/`` that is not a key folder (a file, or a folder written before work
 folders were per key) is left alone and counted.
@@ -26,6 +27,7 @@ from habitrun.cli.app import app
 from habitrun.cli.findrecipe import recipe_and_overrides
 from habitrun.cli.plan import make_console
 from habitrun.cli.text import command, esc
+from habitrun.engine.slurm.backend import CLOSED_FILE, slurm_folder
 from habitrun.engine.stage_inputs import GROUP_FILE_NAME
 from habitrun.planner.plan import GROUP_SUBJECT, Plan
 from habitrun.spec.loader import LoadedRecipe
@@ -46,6 +48,8 @@ class Garbage:
     folders: list[Path] = field(default_factory=list)
     folder_bytes: int = 0
     left_alone: int = 0
+    batches: list[Path] = field(default_factory=list)  # SLURM batch folders merged for good (closed)
+    batch_bytes: int = 0
 
 
 def _size(path: Path) -> int:
@@ -93,6 +97,11 @@ def find_garbage(loaded: LoadedRecipe, plan: Plan, subjects: Sequence[Any], stor
                 elif entry.name != keep:
                     garbage.folders.append(entry)
                     garbage.folder_bytes += _size(entry)
+    batches = slurm_folder(loaded.run_root())
+    for batch in sorted(batches.iterdir()) if batches.is_dir() else ():
+        if batch.is_dir() and not batch.is_symlink() and (batch / CLOSED_FILE).is_file():
+            garbage.batches.append(batch)
+            garbage.batch_bytes += _size(batch)
     return garbage
 
 
@@ -119,7 +128,8 @@ def gc(
     loaded = study.loaded
     again = command("habitrun", "gc", recipe, *overrides, "--yes")  # the exact command that deletes
     console = make_console()
-    if not CheckpointStore.exists(loaded.store_dir()) and not (loaded.run_root() / WORK).is_dir():
+    if not CheckpointStore.exists(loaded.store_dir()) and not (loaded.run_root() / WORK).is_dir() \
+            and not slurm_folder(loaded.run_root()).is_dir():
         _report(console, loaded, Garbage(), show, done=yes, again=again)  # nothing has run: nothing to create or delete
         return
     if not yes:
@@ -135,7 +145,7 @@ def gc(
         _subjects, garbage = _collect(study, store)
         if store is not None and garbage.records:
             store.discard(garbage.records)
-        for folder in garbage.folders:
+        for folder in [*garbage.folders, *garbage.batches]:
             shutil.rmtree(folder, ignore_errors=True)
     _report(console, loaded, garbage, show, done=True, again=again)
 
@@ -154,8 +164,11 @@ def _report(console: Console, loaded: LoadedRecipe, garbage: Garbage, show: int,
         f"{'freed' if done else 'frees'} {_mb(total)}",
         highlight=False,
     )
+    if garbage.batches:
+        console.print(f"{verb} {len(garbage.batches)} merged SLURM batch folder(s) ({_mb(garbage.batch_bytes)}) in "
+                      f"{esc(str(slurm_folder(loaded.run_root())))}", highlight=False)
     if garbage.left_alone:
         console.print(f"left alone: {garbage.left_alone} entries in {esc(str(loaded.run_root() / WORK))} "
                       "that are not per-key work folders", highlight=False)
-    if not done and (garbage.folders or garbage.records):
+    if not done and (garbage.folders or garbage.records or garbage.batches):
         console.print(f"run `{again}` to delete them", highlight=False)

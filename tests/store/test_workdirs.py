@@ -151,3 +151,22 @@ def test_paths_outside_the_study_are_kept_and_counted(tmp_path: Path) -> None:
         got = store.results(["k1", "k2"])
         assert got["k1"] == {"in": moved / "data" / "s1.nii", "out": str(elsewhere / "atlas.nii"), "n": [1, "/mm"]}
         assert got["k2"] == [str(moved / ".habitrun" / "work" / "x.csv")]
+
+
+def test_gc_deletes_the_slurm_batch_folders_merged_for_good_and_keeps_the_open_ones(tmp_path: Path) -> None:
+    recipe = write_study(tmp_path / "study")
+    cwd = recipe.parent
+    habitrun("run", "recipe.yaml", "-q", cwd=cwd)
+    batches = cwd / ".habitrun" / "slurm"
+    closed, still_open = batches / "20261206-090000-feat-1-0", batches / "20261206-090100-feat-1-0"
+    for folder in (closed, still_open):  # as the slurm backend leaves them: shards, outputs, its arrays file
+        (folder / "shards").mkdir(parents=True)
+        (folder / "shards" / "chunk-00000.7-0-9.shard").write_bytes(b"x" * 5000)
+        (folder / "arrays.json").write_text(json.dumps({"stage": "feat", "chunks": 1, "parts": []}))
+    (closed / "closed").write_text("1796548000.0\n")
+    dry = habitrun("gc", "recipe.yaml", cwd=cwd)
+    assert "would delete 1 merged SLURM batch folder(s)" in dry.stdout, dry.stdout
+    assert closed.is_dir() and "habitrun gc recipe.yaml --yes" in dry.stdout
+    gone = habitrun("gc", "recipe.yaml", "--yes", cwd=cwd)
+    assert "deleted 1 merged SLURM batch folder(s)" in gone.stdout, gone.stdout
+    assert not closed.exists() and (still_open / "shards").is_dir()  # a run may still merge the open one
