@@ -260,3 +260,16 @@ def test_a_task_slurm_gave_gpus_pins_one_to_each_worker(tmp_path):
     code, err = finish(start(unpinned, CUDA_VISIBLE_DEVICES="3,5"))  # not given by SLURM: left alone
     assert code == 0, err
     assert {wire[1]["cuda"] for wire in outcomes(read_chunk_records(unpinned, 0)).values()} == {"3,5"}
+
+
+def test_a_session_keeps_its_scratch_files_in_a_folder_of_its_own(tmp_path):
+    # sessions of one batch run side by side on a node and share the run's scratch folder: a process backend
+    # removes its scratch folder when it closes (if empty), which must never be the shared one, or a sibling
+    # session's worker starting at that moment finds no folder to write its output to (seen in CI)
+    batch = make_batch(tmp_path, {"do": "ok"}, {"do": "ok"})
+    shared = tmp_path / "scratch"
+    shared.mkdir()
+    code, err = finish(start(batch))
+    assert code == 0, err
+    assert shared.is_dir(), "the session removed the scratch folder its sibling sessions share"
+    assert list(shared.iterdir()) == []  # its own folder (slurm-<incarnation>) is gone with it

@@ -207,7 +207,10 @@ class Session:
         reason, code = "done", 0
         try:
             backend = ProcessBackend.from_policy(self.policy)
-            backend.scratch_dir = self.spec.scratch_dir
+            # a folder of its own: sessions run side by side, and a process backend removes its scratch
+            # folder when it closes (when empty), under the feet of another session's starting worker
+            backend.scratch_dir = (os.path.join(self.spec.scratch_dir, f"slurm-{self.incarnation}")
+                                   if self.spec.scratch_dir else None)
             watcher = threading.Thread(target=self._watch, args=(backend,), name="habitrun-shard-starts",
                                        daemon=True)
             watcher.start()
