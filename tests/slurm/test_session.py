@@ -249,7 +249,8 @@ def test_an_operator_that_cannot_be_built_ends_the_session_with_its_error(tmp_pa
 def test_a_task_slurm_gave_gpus_pins_one_to_each_worker(tmp_path):
     # no GPU here: SLURM's part is its environment (SLURM_JOB_GPUS, CUDA_VISIBLE_DEVICES), which is all
     # the session reads; each worker must see exactly one of the task's devices
-    batch = make_batch(tmp_path, *[{"do": "gpu"}] * 4, workers=3)
+    # subjects of 0.5 s: both workers get some (instant ones may all go to the first worker up)
+    batch = make_batch(tmp_path, *[{"do": "gpu", "sec": "0.5"}] * 6, workers=3)
     code, err = finish(start(batch, SLURM_JOB_GPUS="3,5", CUDA_VISIBLE_DEVICES="3,5"))
     assert code == 0, err
     got = outcomes(read_chunk_records(batch, 0))

@@ -63,6 +63,7 @@ def act(subject, marker_dir=None, fail_file=None):
     elif do == "exit0":
         os._exit(0)
     elif do == "gpu":  # the device a worker was pinned to (no GPU needed: it is an environment variable)
+        time.sleep(float(subject.fields.get("sec") or 0))
         return {"id": subject.id, "pid": os.getpid(), "cuda": os.environ.get("CUDA_VISIBLE_DEVICES")}
     elif do not in ("ok", "raise_once", "die_once"):
         raise AssertionError(f"unknown action {do!r}")
